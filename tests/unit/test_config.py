@@ -1,0 +1,135 @@
+import pytest
+
+from speedbench.config import (
+    ConfigError,
+    EngineConfig,
+    SpecConfig,
+    SweepConfig,
+    load_config,
+    load_params,
+)
+
+BAD_CONFIGS = [
+    # (model, data, expected fragment of the one-line message)
+    (
+        SpecConfig,
+        {"method": "medusa2"},
+        "SpecConfig.method: got 'medusa2'; allowed: 'none', 'ngram'",
+    ),
+    (
+        SpecConfig,
+        {"method": "draft_model", "num_speculative_tokens": 3},
+        "draft_model is required for method 'draft_model'",
+    ),
+    (
+        SpecConfig,
+        {"method": "ngram", "num_speculative_tokens": 0},
+        "num_speculative_tokens must be >= 1",
+    ),
+    (
+        SpecConfig,
+        {"method": "ngram", "num_speculative_tokens": 99},
+        "SpecConfig.num_speculative_tokens: Input should be less than or equal to 32 (got 99)",
+    ),
+    (
+        SpecConfig,
+        {"method": "none", "num_speculative_tokens": 2},
+        "must be 0 when method is 'none'",
+    ),
+    (
+        SpecConfig,
+        {"method": "ngram", "num_speculative_tokens": 2, "draft_model": "x"},
+        "draft_model must be unset for method 'ngram'",
+    ),
+    (
+        SpecConfig,
+        {
+            "method": "ngram",
+            "num_speculative_tokens": 2,
+            "prompt_lookup_min": 5,
+            "prompt_lookup_max": 2,
+        },
+        "prompt_lookup_min (5) must be <= prompt_lookup_max (2)",
+    ),
+    (
+        SpecConfig,
+        {"method": "ngram", "num_speculative_tokens": 2, "lookahead": 4},
+        "SpecConfig.lookahead: unknown field; allowed fields: method, draft_model",
+    ),
+    (
+        EngineConfig,
+        {"kind": "tgi", "model": "m"},
+        "EngineConfig.kind: got 'tgi'; allowed: 'vllm', 'sglang' or 'trtllm'",
+    ),
+    (
+        EngineConfig,
+        {"model": "m", "port": 70000},
+        "EngineConfig.port: Input should be less than or equal to 65535 (got 70000)",
+    ),
+    (EngineConfig, {}, "EngineConfig.model: required field is missing"),
+    (
+        EngineConfig,
+        {"model": "m", "launcher": "k8s"},
+        "EngineConfig.launcher: got 'k8s'; allowed: 'local', 'docker' or 'external'",
+    ),
+    (SweepConfig, {"batch_sizes": [1, 0]}, "batch_sizes must all be >= 1, got [0]"),
+    (SweepConfig, {"batch_sizes": [4, 4]}, "batch_sizes has duplicates"),
+    (
+        SweepConfig,
+        {"methods": ["eagle3"]},
+        "draft_model is required when methods include a model-based drafter",
+    ),
+    (
+        SweepConfig,
+        {"temperature": -1},
+        "SweepConfig.temperature: Input should be greater than or equal to 0 (got -1)",
+    ),
+    (
+        SweepConfig,
+        {"output_len": "many"},
+        "SweepConfig.output_len: Input should be a valid integer, unable to parse string as an"
+        " integer (got 'many')",
+    ),
+    (SweepConfig, {"methods": []}, "SweepConfig.methods: List should have at least 1 item"),
+    (SweepConfig, ["not", "a", "mapping"], "SweepConfig: expected a mapping, got list"),
+]
+
+
+@pytest.mark.parametrize(("model", "data", "fragment"), BAD_CONFIGS)
+def test_bad_values_get_one_line_errors(model, data, fragment):
+    with pytest.raises(ConfigError) as info:
+        load_config(model, data)
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert fragment in msg
+
+
+def test_valid_spec_and_label():
+    spec = load_config(
+        SpecConfig, {"method": "draft_model", "num_speculative_tokens": 3, "draft_model": "d"}
+    )
+    assert spec.label == "draft_model-k3"
+    assert SpecConfig().label == "none" and not SpecConfig().is_speculative
+
+
+def test_sweep_expands_methods_and_lengths_with_one_baseline():
+    sweep = SweepConfig(
+        methods=["none", "ngram", "draft_model"], draft_lengths=[2, 4], draft_model="d"
+    )
+    labels = [s.label for s in sweep.spec_configs()]
+    assert labels == ["none", "ngram-k2", "ngram-k4", "draft_model-k2", "draft_model-k4"]
+    assert sweep.spec_configs()[3].draft_model == "d"
+    assert sweep.spec_configs()[1].draft_model is None
+
+
+def test_engine_base_url():
+    assert EngineConfig(model="m", port=8123).base_url == "http://127.0.0.1:8123"
+
+
+def test_malformed_params_file(tmp_path):
+    p = tmp_path / "params.yaml"
+    p.write_text("sweep:\n  batch_sizes: [1, 2\n")
+    with pytest.raises(ConfigError, match=r"params.yaml: malformed YAML at line \d+"):
+        load_params(p)
+    with pytest.raises(ConfigError, match="params file not found"):
+        load_params(tmp_path / "missing.yaml")

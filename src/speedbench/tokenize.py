@@ -99,9 +99,25 @@ class PromptTokenizer:
         """Token IDs asking for the reply to ``user_turns[-1]`` given the earlier answers."""
         return self.encode_messages(conversation(user_turns, answers))
 
-    def decode(self, ids: Sequence[int]) -> str:
-        """Text of generated ids, without special tokens (used to carry an answer to turn 2)."""
-        return self.tok.decode(list(ids), skip_special_tokens=True)
+    @cached_property
+    def stop_ids(self) -> frozenset[int]:
+        """Token ids that end an assistant turn (EOS and the template's end-of-turn tokens)."""
+        ids = {self.tok.eos_token_id}
+        for name in ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>"):
+            tid = self.tok.convert_tokens_to_ids(name)
+            if isinstance(tid, int) and tid != self.tok.unk_token_id:
+                ids.add(tid)
+        return frozenset(i for i in ids if i is not None)
+
+    def answer_text(self, ids: Sequence[int]) -> str:
+        """The model's answer as text, cut at its first end-of-turn token.
+
+        Runs use ``ignore_eos`` so every request has the same length; what the model generated
+        after its own end of turn is not part of its answer and must not enter turn 2.
+        """
+        stop = self.stop_ids
+        cut = next((i for i, t in enumerate(ids) if t in stop), len(ids))
+        return self.tok.decode(list(ids[:cut]), skip_special_tokens=True)
 
 
 def check_single_bos(ids: Sequence[int], bos_id: int | None) -> None:

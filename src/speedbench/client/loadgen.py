@@ -202,7 +202,7 @@ async def run_load_async(
                     bar.update(item.num_turns - turn - 1)
                     break  # later turns need this turn's answer
                 if tokenizer is not None and turn + 1 < item.num_turns:
-                    answers.append(tokenizer.decode(rec.output_token_ids))
+                    answers.append(tokenizer.answer_text(rec.output_token_ids))
 
     async with httpx.AsyncClient(limits=limits, timeout=settings.request_timeout_s) as client:
         before = await scrape_counters(client, engine.base_url, adapter)

@@ -1,0 +1,118 @@
+"""The real Qwen2.5-Coder-0.5B on vLLM-CPU: n-gram SD, counters vs stream, lossless, bad input."""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+
+import httpx
+import pytest
+
+from speedbench.client.loadgen import LoadSettings, WorkItem, run_load
+from speedbench.config import SpecConfig
+from speedbench.data.prompts import mtbench_prompts
+from speedbench.engines.local import free_port, launch_local
+from speedbench.measure import cpu_vllm_engine, validate_items
+from speedbench.metrics.acceptance import acceptance_from_counters
+from speedbench.metrics.summary import request_steps, stream_acceptance
+from speedbench.tokenize import PromptTokenizer, TokenizationError
+
+pytestmark = pytest.mark.integration
+
+K = 3
+NGRAM = SpecConfig(
+    method="ngram", num_speculative_tokens=K, prompt_lookup_min=1, prompt_lookup_max=4
+)
+
+
+def code_prompts() -> list[WorkItem]:
+    """Ask the model to copy real Python source: text an n-gram drafter can match."""
+    sources = [inspect.getsource(textwrap.indent), inspect.getsource(textwrap.TextWrapper._split)]
+    return [
+        WorkItem(f"copy-{i}", "code", (f"Repeat this Python code exactly:\n```python\n{src}```",))
+        for i, src in enumerate(sources)
+    ]
+
+
+@pytest.fixture(scope="module")
+def qwen_runs(qwen_small, tmp_path_factory):
+    log_dir = tmp_path_factory.mktemp("qwen-logs")
+    tok = PromptTokenizer.from_pretrained(str(qwen_small))
+    mt = next(r for r in mtbench_prompts() if r.category == "coding")
+    # Two loads per server, so each counter delta covers exactly one prompt set.
+    workloads = {
+        "code": code_prompts(),
+        "chat": [WorkItem(mt.question_id, "coding", tuple(mt.turns))],
+    }
+    # 1 prefill token + whole steps of k+1, so no step is cut short by max_tokens.
+    settings = LoadSettings(batch_size=1, max_tokens=1 + 24 * (K + 1), show_progress=False)
+    runs, bad_input = {}, {}
+    for spec in (SpecConfig(), NGRAM):
+        engine = cpu_vllm_engine(str(qwen_small), port=free_port())
+        with launch_local(engine, spec, log_dir / f"{spec.label}.log") as running:
+            runs[spec.label] = {
+                name: run_load(engine, spec, running.adapter, items, settings, tok)
+                for name, items in workloads.items()
+            }
+            if spec.method == "none":
+                # An out-of-vocabulary id sent anyway: the engine's refusal becomes a record error.
+                oov = WorkItem("oov", "bad", prompt_ids=(9707, 10**7))
+                bad_input["oov"] = run_load(engine, spec, running.adapter, [oov], settings)
+                resp = httpx.post(engine.base_url + "/v1/completions", json={"model": "nope"})
+                bad_input["wrong_model_status"] = resp.status_code
+    return runs, bad_input, tok
+
+
+def test_all_requests_succeed_including_both_turns(qwen_runs):
+    runs, _, _ = qwen_runs
+    for by_load in runs.values():
+        records = by_load["code"].records + by_load["chat"].records
+        assert [r.error for r in records] == [None] * 4
+        assert [r.turn for r in records] == [0, 0, 0, 1]
+
+
+def test_ngram_counters_agree_with_stream_within_2_percent(qwen_runs):
+    runs, _, _ = qwen_runs
+    result = runs[NGRAM.label]["code"]
+    _, merged = request_steps(result.records, K)
+    assert merged == 0
+    assert result.counters is not None
+    from_counters = acceptance_from_counters(result.counters, K)
+    from_stream = stream_acceptance(result.records, K)
+    assert from_stream["al_token_weighted"] > 2.0, "copying code should accept most n-gram drafts"
+    chunks = [r.chunk_tokens for r in result.records]
+    assert from_stream["al_token_weighted"] == pytest.approx(
+        from_counters.al_token_weighted, rel=0.02
+    ), f"chunks={chunks} counters={result.counters}"
+    assert from_stream["num_steps"] == pytest.approx(from_counters.num_steps, rel=0.02)
+
+
+def test_greedy_output_is_lossless_under_ngram(qwen_runs):
+    runs, _, _ = qwen_runs
+
+    def outputs(label):
+        records = runs[label]["code"].records + runs[label]["chat"].records
+        return {(r.prompt_id, r.turn): r.output_token_ids for r in records}
+
+    assert outputs("none") == outputs(NGRAM.label)
+
+
+def test_second_turn_carries_the_models_first_answer(qwen_runs):
+    runs, _, tok = qwen_runs
+    t0, t1 = runs["none"]["chat"].records
+    answer = tok.answer_text(t0.output_token_ids)
+    assert answer.strip()
+    assert t1.prompt_tokens > t0.prompt_tokens + 10
+    mt = next(r for r in mtbench_prompts() if r.category == "coding")
+    expected = tok.encode_turn(mt.turns, [answer])
+    assert t1.prompt_tokens == len(expected)
+
+
+def test_out_of_vocabulary_prompt_is_a_clear_error(qwen_runs):
+    _, bad, tok = qwen_runs
+    (rec,) = bad["oov"].records
+    assert rec.error is not None
+    assert "Token id 10000000 is out of vocabulary" in rec.error
+    assert 400 <= bad["wrong_model_status"] < 500
+    with pytest.raises(TokenizationError, match="prompt oov: 1 token id"):
+        validate_items([WorkItem("oov", prompt_ids=(1, 10**7))], tok.vocab_size)

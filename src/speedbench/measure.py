@@ -24,7 +24,7 @@ from typing import Any
 from speedbench.client.loadgen import LoadSettings, WorkItem, run_load
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.local import RunningEngine, attach_external, launch_local
-from speedbench.metrics.pareto import speedup
+from speedbench.metrics.pareto import LoadPoint, pareto_front, speedup
 from speedbench.metrics.summary import summarize_level
 from speedbench.records import RecordSink, write_parquet
 from speedbench.tokenize import PromptTokenizer, check_token_ids
@@ -179,7 +179,15 @@ def build_summary(levels: Sequence[LevelResult]) -> dict[str, Any]:
         if r["config"] != "none" and r["batch_size"] in baseline:
             ratio = speedup({r["batch_size"]: r["output_throughput_tok_s"]}, baseline)
             r["speedup"] = ratio.get(r["batch_size"])
-    return {"levels": rows}
+    fronts = {}
+    for label in dict.fromkeys(r["config"] for r in rows):
+        points = [
+            LoadPoint(r["batch_size"], r["per_user_tok_s"], r["output_throughput_tok_s"])
+            for r in rows
+            if r["config"] == label
+        ]
+        fronts[label] = [p.batch_size for p in pareto_front(points)]
+    return {"levels": rows, "pareto_batch_sizes": fronts}
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -139,8 +139,12 @@ async def run_load_async(
     settings: LoadSettings,
     tokenizer: PromptTokenizer | None = None,
     on_record: Callable[[RequestRecord], None] | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> LoadResult:
-    """Drive ``items`` at ``settings.batch_size`` concurrent streams against a healthy engine."""
+    """Drive ``items`` at ``settings.batch_size`` concurrent streams against a healthy engine.
+
+    ``transport`` replaces the network (fault-injection tests); by default requests go over TCP.
+    """
     if any(it.prompt_ids is None for it in items) and tokenizer is None:
         raise ValueError("text prompts need a tokenizer")
     url = engine.base_url + adapter.generate_path
@@ -204,7 +208,9 @@ async def run_load_async(
                 if tokenizer is not None and turn + 1 < item.num_turns:
                     answers.append(tokenizer.answer_text(rec.output_token_ids))
 
-    async with httpx.AsyncClient(limits=limits, timeout=settings.request_timeout_s) as client:
+    async with httpx.AsyncClient(
+        limits=limits, timeout=settings.request_timeout_s, transport=transport
+    ) as client:
         before = await scrape_counters(client, engine.base_url, adapter)
         t0 = time.perf_counter()
         try:

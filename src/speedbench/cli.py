@@ -7,12 +7,13 @@ Argument parsing and printing live here; the work is in :mod:`speedbench.measure
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from pathlib import Path
 
 from speedbench.client.loadgen import LoadSettings
 from speedbench.config import SPEC_METHODS, ConfigError, EngineConfig, SpecConfig, load_config
-from speedbench.data.prompts import PromptSetError, load_prompt_file, mtbench_prompts
+from speedbench.data.prompts import PromptRow, PromptSetError, load_prompt_file, mtbench_prompts
 from speedbench.engines.base import EngineError
 from speedbench.measure import cpu_vllm_engine, measure
 from speedbench.models import PACKAGED_MODELS, ProvisionError, provision, resolve_model
@@ -55,9 +56,7 @@ def _measure(args: argparse.Namespace) -> None:
     if not specs:
         specs = [SpecConfig()]
     rows = load_prompt_file(args.prompts) if args.prompts else mtbench_prompts()
-    if args.categories:
-        rows = [r for r in rows if r.category in set(args.categories)]
-    rows = rows[: args.limit] if args.limit else rows
+    rows = select_prompts(rows, args.categories, args.per_category, args.limit)
     if not args.multiturn:
         rows = [r.model_copy(update={"turns": r.turns[:1], "multiturn": False}) for r in rows]
     tokenizer = PromptTokenizer.from_pretrained(target)
@@ -75,6 +74,31 @@ def _measure(args: argparse.Namespace) -> None:
     )
     print(format_summary(summary))
     print(f"results: {Path(args.out).resolve()}")
+
+
+def select_prompts(
+    rows: list[PromptRow],
+    categories: list[str] | None,
+    per_category: int | None,
+    limit: int | None,
+) -> list[PromptRow]:
+    """Filter by category, keep the first ``per_category`` of each, then the first ``limit``.
+
+    Categories are interleaved (one of each in turn), so a small limit still spans domains.
+    """
+    if categories:
+        known = sorted({r.category for r in rows})
+        unknown = [c for c in categories if c not in known]
+        if unknown:
+            raise PromptSetError(f"unknown categories {unknown}; this prompt set has {known}")
+        rows = [r for r in rows if r.category in set(categories)]
+    by_cat: dict[str, list[PromptRow]] = {}
+    for r in rows:
+        by_cat.setdefault(r.category, []).append(r)
+    if per_category:
+        by_cat = {c: rs[:per_category] for c, rs in by_cat.items()}
+    interleaved = [r for group in itertools.zip_longest(*by_cat.values()) for r in group if r]
+    return interleaved[:limit] if limit else interleaved
 
 
 def format_summary(summary: dict) -> str:
@@ -121,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--batch-size", type=int, nargs="+", default=[1])
     m.add_argument("--prompts", default=None, help="JSONL/Parquet prompt set (default: MT-Bench)")
     m.add_argument("--categories", nargs="*", default=None)
+    m.add_argument("--per-category", type=int, default=None, help="first N of each category")
     m.add_argument("--limit", type=int, default=None, help="first N prompts only")
     m.add_argument("--multiturn", action="store_true", help="send every turn, not just the first")
     m.add_argument("--max-tokens", type=int, default=96)

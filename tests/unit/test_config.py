@@ -133,3 +133,17 @@ def test_malformed_params_file(tmp_path):
         load_params(p)
     with pytest.raises(ConfigError, match="params file not found"):
         load_params(tmp_path / "missing.yaml")
+
+
+def test_prompt_selection_interleaves_categories():
+    from speedbench.cli import select_prompts
+    from speedbench.data.prompts import PromptRow, PromptSetError
+
+    rows = [
+        PromptRow(question_id=f"{c}{i}", category=c, turns=["q"]) for c in "ab" for i in range(3)
+    ]
+    picked = select_prompts(rows, None, 2, None)
+    assert [r.question_id for r in picked] == ["a0", "b0", "a1", "b1"]
+    assert [r.question_id for r in select_prompts(rows, ["b"], None, 2)] == ["b0", "b1"]
+    with pytest.raises(PromptSetError, match=r"unknown categories \['c'\]"):
+        select_prompts(rows, ["c"], None, None)

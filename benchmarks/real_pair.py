@@ -17,7 +17,7 @@ from speedbench.config import SpecConfig
 from speedbench.data.prompts import mtbench_prompts
 from speedbench.engines.local import free_port
 from speedbench.measure import cpu_vllm_engine, measure
-from speedbench.models import provision
+from speedbench.models import provision, resolve_dtype
 from speedbench.tokenize import PromptTokenizer
 
 CATEGORIES = ("coding", "math", "writing", "reasoning", "stem", "humanities")
@@ -29,9 +29,10 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--batch-size", type=int, nargs="+", default=[1, 4])
     ap.add_argument("--k", type=int, default=3)
-    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
     ap.add_argument("--out", default="results/bench-real-pair")
     args = ap.parse_args()
+    args.dtype = resolve_dtype(args.dtype)
 
     target = provision("qwen2.5-coder-1.5b-instruct", dtype=args.dtype)
     draft = provision("qwen2.5-coder-0.5b-instruct", dtype=args.dtype)

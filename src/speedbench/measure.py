@@ -14,6 +14,7 @@ This module sequences core pieces only; Prefect tasks and the CLI call it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 from collections.abc import Iterator, Sequence
@@ -143,8 +144,8 @@ def measure(
         spec_dir = out / spec.label
         with engine_session(engine, spec, spec_dir / "engine.log") as running:
             for bs in batch_sizes:
-                s = LoadSettings(**{**base.__dict__, "batch_size": bs})
-                levels.append(measure_level(running, items, s, tokenizer, spec_dir / f"bs{bs}"))
+                level = dataclasses.replace(base, batch_size=bs)
+                levels.append(measure_level(running, items, level, tokenizer, spec_dir / f"bs{bs}"))
     summary = build_summary(levels)
     _write_json(out / "summary.json", summary)
     return summary

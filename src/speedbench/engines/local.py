@@ -110,7 +110,11 @@ def wait_healthy(
 
 
 def warm_up(running: RunningEngine, prompt_ids: list[int] | None = None) -> None:
-    """One short non-measured request, so first-request costs (lazy init) stay out of results."""
+    """One short non-measured request, so first-request costs (lazy init) stay out of results.
+
+    The default prompt's ids ("Hello, world!" in Qwen's vocabulary) are valid in any vocabulary
+    of more than 10k tokens; pass ``prompt_ids`` for smaller ones.
+    """
     body = running.adapter.request_body(
         running.engine, prompt_ids or [9707, 11, 1879, 0], 8, 0.0, 0, True
     )

@@ -84,6 +84,8 @@ def _measure(args: argparse.Namespace) -> None:
     )
     print(format_summary(summary))
     print(f"results: {Path(args.out).resolve()}")
+    for plot in summary.get("plots", []):
+        print(f"plot: {plot}")
 
 
 def select_prompts(

@@ -7,6 +7,7 @@ Layout of an output directory::
     OUT/<config label>/bs<N>/metrics.json    summary of the level
     OUT/<config label>/engine.log            the engine's log
     OUT/summary.json                         every level, plus speedup vs the no-SD baseline
+    OUT/plots/*.png                          conditional AR by position, Pareto curve
 
 This module sequences core pieces only; Prefect tasks and the CLI call it.
 """
@@ -28,6 +29,7 @@ from speedbench.engines.local import RunningEngine, attach_external, launch_loca
 from speedbench.metrics.pareto import LoadPoint, pareto_front, speedup
 from speedbench.metrics.summary import summarize_level
 from speedbench.records import RecordSink, write_parquet
+from speedbench.report.plots import write_plots
 from speedbench.tokenize import PromptTokenizer, check_token_ids
 
 # Settings that make vLLM usable on a small CPU host (see docs/architecture.md, "vLLM on CPU").
@@ -148,6 +150,7 @@ def measure(
                 levels.append(measure_level(running, items, level, tokenizer, spec_dir / f"bs{bs}"))
     summary = build_summary(levels)
     _write_json(out / "summary.json", summary)
+    summary["plots"] = [str(p) for p in write_plots(summary, out / "plots")]
     return summary
 
 

@@ -1,0 +1,27 @@
+from speedbench.report.plots import write_plots
+
+SUMMARY = {
+    "levels": [
+        {"config": "none", "batch_size": 1, "output_throughput_tok_s": 3.0, "per_user_tok_s": 3.1},
+        {"config": "none", "batch_size": 4, "output_throughput_tok_s": 9.0, "per_user_tok_s": 2.4},
+        {
+            "config": "draft_model-k3",
+            "batch_size": 1,
+            "output_throughput_tok_s": 3.3,
+            "per_user_tok_s": 3.5,
+            "conditional_ar_counters": [0.8, 0.7, 0.6],
+        },
+    ]
+}
+
+
+def test_plots_are_written_as_png(tmp_path):
+    paths = write_plots(SUMMARY, tmp_path)
+    assert sorted(p.name for p in paths) == ["conditional_ar.png", "pareto.png"]
+    for p in paths:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_no_acceptance_plot_without_sd(tmp_path):
+    paths = write_plots({"levels": SUMMARY["levels"][:2]}, tmp_path)
+    assert [p.name for p in paths] == ["pareto.png"]

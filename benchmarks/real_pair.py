@@ -62,11 +62,13 @@ def main() -> None:
     )
     print(f"\nreal pair, {len(items)} prompts x {args.max_tokens} tokens, dtype {args.dtype}")
     head = ("config", "bs", "tok/s", "AL stream", "AL ctr", "speedup")
-    print(" ".join(f"{h:>10}" for h in head), " cond AR (counters)")
+    print(f"{head[0]:>16}", " ".join(f"{h:>10}" for h in head[1:]), " cond AR (counters)")
     for row in summary["levels"]:
         cells = [row["config"], row["batch_size"], row["output_throughput_tok_s"]]
         cells += [row.get(key, float("nan")) for key in ("al_stream", "al_counters", "speedup")]
-        text = " ".join(f"{c:>10.3f}" if isinstance(c, float) else f"{c!s:>10}" for c in cells)
+        text = f"{cells[0]:>16} " + " ".join(
+            f"{c:>10.3f}" if isinstance(c, float) else f"{c!s:>10}" for c in cells[1:]
+        )
         ar = [round(x, 3) for x in row.get("conditional_ar_counters", [])]
         print(text, "", ar)
     Path(args.out, "bench.json").write_text(json.dumps(summary, indent=2))

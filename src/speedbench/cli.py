@@ -114,25 +114,24 @@ def select_prompts(
 
 
 def format_summary(summary: dict) -> str:
-    """A plain table of the measured levels."""
-    cols = [
-        "config",
-        "batch_size",
-        "output_throughput_tok_s",
-        "al_stream",
-        "al_counters",
-        "speedup",
-        "error_rate",
-    ]
-    lines = ["  ".join(f"{c:>14}" for c in cols)]
+    """A plain table of the measured levels, one row per (config, batch size)."""
+    cols = {
+        "batch_size": "bs",
+        "output_throughput_tok_s": "tok/s",
+        "al_stream": "AL stream",
+        "al_counters": "AL counters",
+        "speedup": "speedup",
+        "error_rate": "errors",
+    }
+    lines = [f"{'config':>16} " + " ".join(f"{h:>12}" for h in cols.values())]
     for row in summary["levels"]:
         cells = []
-        for c in cols:
-            v = row.get(c)
+        for key in cols:
+            v = row.get(key)
             cells.append(
-                f"{v:>14.3f}" if isinstance(v, float) else f"{'-' if v is None else v!s:>14}"
+                f"{v:>12.3f}" if isinstance(v, float) else f"{'-' if v is None else v!s:>12}"
             )
-        lines.append("  ".join(cells))
+        lines.append(f"{row['config']:>16} " + " ".join(cells))
     return "\n".join(lines)
 
 

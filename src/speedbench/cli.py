@@ -132,6 +132,15 @@ def format_summary(summary: dict) -> str:
                 f"{v:>12.3f}" if isinstance(v, float) else f"{'-' if v is None else v!s:>12}"
             )
         lines.append(f"{row['config']:>16} " + " ".join(cells))
+    sd_rows = [r for r in summary["levels"] if r.get("al_by_category")]
+    if sd_rows:
+        cats = sorted({c for r in sd_rows for c in r["al_by_category"]})
+        lines += ["", "AL (stream, token-weighted) by category"]
+        lines.append(f"{'config':>16} {'bs':>4} " + " ".join(f"{c[:11]:>11}" for c in cats))
+        for r in sd_rows:
+            vals = [r["al_by_category"].get(c) for c in cats]
+            cells = " ".join(f"{v:>11.3f}" if isinstance(v, float) else f"{'-':>11}" for v in vals)
+            lines.append(f"{r['config']:>16} {r['batch_size']:>4} {cells}")
     return "\n".join(lines)
 
 

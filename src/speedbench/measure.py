@@ -173,6 +173,12 @@ def build_summary(levels: Sequence[LevelResult]) -> dict[str, Any]:
             row["al_stream"] = o["acceptance_stream"]["al_token_weighted"]
             row["al_request_mean"] = o["acceptance_stream"]["al_request_mean"]
             row["conditional_ar"] = o["acceptance_stream"]["conditional_ar"]
+        by_cat = lv.metrics["per_category"]
+        if "acceptance_stream" in o:
+            row["al_by_category"] = {
+                cat: entry["acceptance_stream"]["al_token_weighted"]
+                for cat, entry in by_cat.items()
+            }
         if "acceptance_counters" in o:
             row["al_counters"] = o["acceptance_counters"]["al_token_weighted"]
             row["conditional_ar_counters"] = o["acceptance_counters"]["conditional_ar"]

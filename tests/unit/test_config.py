@@ -155,3 +155,25 @@ def test_preferred_cpu_dtype_follows_native_bf16():
     assert preferred_cpu_dtype("flags\t\t: fpu avx2 avx512f avx512_bf16 amx_tile\n") == "bfloat16"
     assert preferred_cpu_dtype("flags\t\t: fpu avx2 fma\n") == "float32"
     assert preferred_cpu_dtype("") == "float32"
+
+
+def test_summary_table_lists_per_category_al():
+    from speedbench.cli import format_summary
+
+    summary = {
+        "levels": [
+            {"config": "none", "batch_size": 1, "output_throughput_tok_s": 3.0},
+            {
+                "config": "draft_model-k3",
+                "batch_size": 1,
+                "output_throughput_tok_s": 3.3,
+                "al_stream": 2.9,
+                "speedup": 1.1,
+                "al_by_category": {"coding": 3.25, "math": 3.75},
+            },
+        ]
+    }
+    lines = format_summary(summary).splitlines()
+    assert lines[2].split() == ["draft_model-k3", "1", "3.300", "2.900", "-", "1.100", "-"]
+    assert lines[-2].split() == ["config", "bs", "coding", "math"]
+    assert lines[-1].split() == ["draft_model-k3", "1", "3.250", "3.750"]

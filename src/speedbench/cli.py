@@ -1,7 +1,8 @@
 """Command line: ``speedbench provision`` and ``speedbench measure``.
 
 Argument parsing and printing live here; the work is in :mod:`speedbench.measure` and
-:mod:`speedbench.models`. Every anticipated failure ends with one line on stderr and exit code 2.
+:mod:`speedbench.models`. Every anticipated failure ends with one line on stderr and exit code 2;
+a sweep in which some configs failed writes all results and exits 3.
 """
 
 from __future__ import annotations
@@ -86,6 +87,10 @@ def _measure(args: argparse.Namespace) -> None:
     print(f"results: {Path(args.out).resolve()}")
     for plot in summary.get("plots", []):
         print(f"plot: {plot}")
+    for failure in summary.get("failures", []):
+        print(f"FAILED {failure['config']}: {failure['error']}", file=sys.stderr)
+    if summary.get("failures"):
+        raise SystemExit(3)
 
 
 def select_prompts(

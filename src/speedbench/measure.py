@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,8 @@ from typing import Any
 
 from speedbench.client.loadgen import LoadSettings, WorkItem, run_load
 from speedbench.config import EngineConfig, SpecConfig
-from speedbench.engines.local import RunningEngine, attach_external, launch_local
+from speedbench.engines.base import EngineError
+from speedbench.engines.local import RunningEngine, attach_external, launch_local, log_tail
 from speedbench.metrics.pareto import LoadPoint, pareto_front, speedup
 from speedbench.metrics.summary import summarize_level
 from speedbench.records import RecordSink, write_parquet
@@ -33,6 +35,8 @@ from speedbench.report.plots import write_plots
 from speedbench.tokenize import PromptTokenizer, check_token_ids
 
 # Settings that make vLLM usable on a small CPU host (see docs/architecture.md, "vLLM on CPU").
+log = logging.getLogger(__name__)
+
 # One engine process (no multiprocessing) and a KV cache sized for a 24 GiB host.
 CPU_VLLM_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "4"}
 CPU_VLLM_ARGS = [
@@ -75,6 +79,14 @@ def engine_session(
             yield running
     else:
         raise NotImplementedError(f"launcher {engine.launcher!r} is not available in this build")
+
+
+def check_alive(running: RunningEngine, when: str) -> None:
+    """Raise EngineError (quoting the log tail) if a local engine process has exited."""
+    proc = running.process
+    if proc is not None and proc.poll() is not None:
+        tail = log_tail(running.log_path)
+        raise EngineError(f"engine exited with code {proc.returncode} {when}: {tail}")
 
 
 @dataclass
@@ -136,19 +148,32 @@ def measure(
     settings: LoadSettings | None = None,
     tokenizer: PromptTokenizer | None = None,
 ) -> dict[str, Any]:
-    """Measure every SD config at every batch size; one engine launch per SD config."""
+    """Measure every SD config at every batch size; one engine launch per SD config.
+
+    A config whose engine fails to start or dies is recorded under ``failures`` (with the tail
+    of its log) and the sweep goes on with the next config; levels already measured are kept.
+    """
     out = Path(out_dir)
     base = settings or LoadSettings()
     if tokenizer is not None:
         validate_items(items, tokenizer.vocab_size)
     levels: list[LevelResult] = []
+    failures: list[dict[str, str]] = []
     for spec in specs:
         spec_dir = out / spec.label
-        with engine_session(engine, spec, spec_dir / "engine.log") as running:
-            for bs in batch_sizes:
-                level = dataclasses.replace(base, batch_size=bs)
-                levels.append(measure_level(running, items, level, tokenizer, spec_dir / f"bs{bs}"))
+        try:
+            with engine_session(engine, spec, spec_dir / "engine.log") as running:
+                for bs in batch_sizes:
+                    level = dataclasses.replace(base, batch_size=bs)
+                    levels.append(
+                        measure_level(running, items, level, tokenizer, spec_dir / f"bs{bs}")
+                    )
+                    check_alive(running, f"while measuring batch size {bs}")
+        except EngineError as exc:
+            log.error("config %s failed: %s", spec.label, exc)
+            failures.append({"config": spec.label, "error": str(exc)})
     summary = build_summary(levels)
+    summary["failures"] = failures
     _write_json(out / "summary.json", summary)
     summary["plots"] = [str(p) for p in write_plots(summary, out / "plots")]
     return summary

@@ -27,8 +27,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=1)
     args = ap.parse_args()
     rows = [r for r in mtbench_prompts() if r.category == "coding"][: args.prompts]
-    items = [r.work_item() for r in rows]
-    items = [type(it)(it.prompt_id, it.category, it.user_turns[:1]) for it in items]
+    items = [r.work_item(first_turn_only=True) for r in rows]
     results = {}
     for dtype in ("float32", "bfloat16"):
         path = str(provision(args.model, dtype=dtype))

@@ -43,8 +43,7 @@ def main() -> None:
         cat = CATEGORIES[i % len(CATEGORIES)]
         pool = [r for r in rows if r.category == cat and r not in picked]
         picked.append(pool[i // len(CATEGORIES)])
-    items = [r.work_item() for r in picked]
-    items = [type(it)(it.prompt_id, it.category, it.user_turns[:1]) for it in items]
+    items = [r.work_item(first_turn_only=True) for r in picked]
 
     engine = cpu_vllm_engine(str(target), port=free_port(), dtype=args.dtype)
     specs = [

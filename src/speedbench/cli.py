@@ -68,8 +68,6 @@ def _measure(args: argparse.Namespace) -> None:
         specs = [SpecConfig()]
     rows = load_prompt_file(args.prompts) if args.prompts else mtbench_prompts()
     rows = select_prompts(rows, args.categories, args.per_category, args.limit)
-    if not args.multiturn:
-        rows = [r.model_copy(update={"turns": r.turns[:1], "multiturn": False}) for r in rows]
     tokenizer = PromptTokenizer.from_pretrained(target)
     settings = LoadSettings(
         max_tokens=args.max_tokens, temperature=args.temperature, split=args.split
@@ -77,7 +75,7 @@ def _measure(args: argparse.Namespace) -> None:
     summary = measure(
         engine,
         specs,
-        [r.work_item() for r in rows],
+        [r.work_item(first_turn_only=not args.multiturn) for r in rows],
         args.batch_size,
         args.out,
         settings=settings,

@@ -49,9 +49,10 @@ class PromptRow(BaseModel):
             raise ValueError("turns must not contain empty strings")
         return v
 
-    def work_item(self) -> WorkItem:
-        """The load generator's view of this prompt."""
-        return WorkItem(self.question_id, self.category, tuple(self.turns))
+    def work_item(self, first_turn_only: bool = False) -> WorkItem:
+        """The load generator's view of this prompt (optionally its first turn alone)."""
+        turns = self.turns[:1] if first_turn_only else self.turns
+        return WorkItem(self.question_id, self.category, tuple(turns))
 
 
 def parse_rows(raw_rows: list[dict[str, Any]], origin: str) -> list[PromptRow]:

@@ -102,10 +102,8 @@ def wait_healthy(
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
-                tail = log_tail(log_path) if log_path else ""
-                raise EngineError(
-                    f"engine not healthy at {base_url} after {timeout_s:.0f} s: {tail}"
-                )
+                tail = f": {log_tail(log_path)}" if log_path else ""
+                raise EngineError(f"engine not healthy at {base_url} after {timeout_s:.0f} s{tail}")
             time.sleep(1.0)
 
 

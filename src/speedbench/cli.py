@@ -21,6 +21,7 @@ from speedbench.config import (
     load_config,
     load_params,
 )
+from speedbench.data.corpora import CorpusError
 from speedbench.data.embed import EmbedderError
 from speedbench.data.prompts import (
     PromptRow,
@@ -30,6 +31,7 @@ from speedbench.data.prompts import (
     write_prompt_file,
 )
 from speedbench.data.sources import SourceError
+from speedbench.data.throughput import ThroughputError
 from speedbench.engines.base import EngineError
 from speedbench.measure import cpu_vllm_engine, measure
 from speedbench.models import (
@@ -52,6 +54,8 @@ EXPECTED_ERRORS = (
     PromptSetError,
     ProvisionError,
     SourceError,
+    ThroughputError,
+    CorpusError,
     TokenizationError,
 )
 
@@ -79,6 +83,22 @@ def _build_qualitative(args: argparse.Namespace) -> None:
     print(
         f"split: {Path(args.out, 'qualitative.parquet').resolve()}  ({report['build_seconds']} s)"
     )
+
+
+def _build_throughput(args: argparse.Namespace) -> None:
+    from speedbench.data.throughput import ThroughputParams, build_throughput, format_report
+
+    section = load_params(args.params).get("throughput", {}) if args.params else {}
+    section = dict(section or {})
+    if args.per_tier is not None:
+        section["per_tier"] = args.per_tier
+    params = load_config(ThroughputParams, section)
+    tokenizer = PromptTokenizer.from_pretrained(resolve_model(params.tokenizer))
+    report = build_throughput(
+        params, args.out, tokenizer, progress=not args.quiet, report_path=args.report
+    )
+    print(format_report(report))
+    print(f"splits: {Path(args.out).resolve()}")
 
 
 def _fetch_hub(args: argparse.Namespace) -> None:
@@ -217,6 +237,14 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--quiet", action="store_true", help="no progress bars")
     q.add_argument("--out", default="data/qualitative")
     q.set_defaults(func=_build_qualitative)
+
+    t = sub.add_parser("build-throughput", help="build the ISL-bucket x entropy-tier split")
+    t.add_argument("--params", default=None, help="params.yaml; its throughput: section is used")
+    t.add_argument("--per-tier", type=int, default=None, help="prompts per tier and bucket")
+    t.add_argument("--quiet", action="store_true", help="no progress bars")
+    t.add_argument("--out", default="data/throughput")
+    t.add_argument("--report", default=None, help="length report JSON (default: in --out)")
+    t.set_defaults(func=_build_throughput)
 
     h = sub.add_parser("fetch-hub", help="load an official nvidia/SPEED-Bench split (network)")
     h.add_argument("config", help="qualitative, throughput_1k, ... throughput_32k")

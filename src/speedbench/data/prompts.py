@@ -36,6 +36,7 @@ class PromptRow(BaseModel):
     src_id: str = ""
     difficulty: str = ""
     multiturn: bool = False
+    prompt_token_ids: list[int] | None = None
 
     @field_validator("question_id", "src_id", mode="before")
     @classmethod
@@ -51,6 +52,10 @@ class PromptRow(BaseModel):
 
     def work_item(self, first_turn_only: bool = False) -> WorkItem:
         """The load generator's view of this prompt (optionally its first turn alone)."""
+        if self.prompt_token_ids is not None:
+            return WorkItem(
+                self.question_id, self.category, prompt_ids=tuple(self.prompt_token_ids)
+            )
         turns = self.turns[:1] if first_turn_only else self.turns
         return WorkItem(self.question_id, self.category, tuple(turns))
 
@@ -86,8 +91,9 @@ def load_prompt_file(path: str | Path) -> list[PromptRow]:
         frame = pd.read_parquet(path)
         raw = frame.to_dict(orient="records")
         for r in raw:
-            if "turns" in r and not isinstance(r["turns"], list):
-                r["turns"] = list(r["turns"])
+            for col in ("turns", "prompt_token_ids"):
+                if r.get(col) is not None and not isinstance(r[col], list):
+                    r[col] = [x.item() if hasattr(x, "item") else x for x in r[col]]
         return parse_rows(raw, str(path))
     raw = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):

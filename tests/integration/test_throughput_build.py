@@ -1,0 +1,61 @@
+"""The default throughput split, built offline from the real corpora and the real tokenizer."""
+
+import pandas as pd
+import pytest
+
+from speedbench.data.corpora import get_corpus
+from speedbench.data.prompts import load_prompt_file
+from speedbench.data.throughput import (
+    DEFAULT_TIERS,
+    THROUGHPUT_COLUMNS,
+    ThroughputParams,
+    build_throughput,
+)
+from speedbench.models import provision
+from speedbench.tokenize import PromptTokenizer
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tok = PromptTokenizer.from_pretrained(str(provision("qwen2.5-coder-0.5b-instruct")))
+    out = tmp_path_factory.mktemp("throughput")
+    params = ThroughputParams(per_tier=3)
+    report = build_throughput(params, out, tok, progress=False)
+    return out, report, tok, params
+
+
+def test_every_prompt_is_within_one_percent_in_target_tokens(built):
+    out, report, tok, params = built
+    for name, target in params.buckets.items():
+        frame = pd.read_parquet(out / f"throughput_{name}.parquet")
+        assert list(frame.columns) == THROUGHPUT_COLUMNS
+        assert len(frame) == 3 * len(DEFAULT_TIERS)
+        for _, row in frame.iterrows():
+            measured = len(tok.encode_turn(list(row["turns"])))
+            assert measured == row["isl_tokens"]
+            assert abs(measured - target) <= 0.01 * target, (name, row["source"], measured)
+        stats = report["buckets"][name]["lengths"]
+        assert set(stats) == {"low", "mixed", "high"}
+        assert all(s["n"] == 3 for s in stats.values())
+
+
+def test_tiers_use_their_own_domains_and_no_context_is_shared(built):
+    out, _, _, params = built
+    for name in params.buckets:
+        frame = pd.read_parquet(out / f"throughput_{name}.parquet")
+        for _, row in frame.iterrows():
+            assert get_corpus(row["source"]).tier == row["entropy_tier"]
+            assert row["source"] in DEFAULT_TIERS[row["entropy_tier"]]
+        docs = [d for ids in frame["src_id"] for d in ids.split("+")]
+        assert len(docs) == len(set(docs)), name
+        assert frame["question_id"].is_unique
+
+
+def test_random_control_mirrors_each_real_prompt(built):
+    out, _, _, params = built
+    for name in params.buckets:
+        real = pd.read_parquet(out / f"throughput_{name}.parquet")
+        rows = load_prompt_file(out / f"throughput_{name}_random.parquet")
+        assert [len(r.prompt_token_ids) for r in rows] == real["isl_tokens"].tolist()
+        items = [r.work_item() for r in rows]
+        assert all(it.prompt_ids is not None and it.num_turns == 1 for it in items)

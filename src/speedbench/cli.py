@@ -8,7 +8,6 @@ a sweep in which some configs failed writes all results and exits 3.
 from __future__ import annotations
 
 import argparse
-import itertools
 import sys
 from pathlib import Path
 
@@ -24,7 +23,6 @@ from speedbench.config import (
 from speedbench.data.corpora import CorpusError
 from speedbench.data.embed import EmbedderError
 from speedbench.data.prompts import (
-    PromptRow,
     PromptSetError,
     load_prompt_file,
     mtbench_prompts,
@@ -42,6 +40,7 @@ from speedbench.models import (
     resolve_model,
 )
 from speedbench.pypi import FetchError
+from speedbench.sweep import select_prompts
 from speedbench.tokenize import PromptTokenizer, TokenizationError
 
 DTYPES = ["auto", "float32", "bfloat16"]
@@ -160,31 +159,6 @@ def _measure(args: argparse.Namespace) -> None:
         print(f"FAILED {failure['config']}: {failure['error']}", file=sys.stderr)
     if summary.get("failures"):
         raise SystemExit(3)
-
-
-def select_prompts(
-    rows: list[PromptRow],
-    categories: list[str] | None,
-    per_category: int | None,
-    limit: int | None,
-) -> list[PromptRow]:
-    """Filter by category, keep the first ``per_category`` of each, then the first ``limit``.
-
-    Categories are interleaved (one of each in turn), so a small limit still spans domains.
-    """
-    if categories:
-        known = sorted({r.category for r in rows})
-        unknown = [c for c in categories if c not in known]
-        if unknown:
-            raise PromptSetError(f"unknown categories {unknown}; this prompt set has {known}")
-        rows = [r for r in rows if r.category in set(categories)]
-    by_cat: dict[str, list[PromptRow]] = {}
-    for r in rows:
-        by_cat.setdefault(r.category, []).append(r)
-    if per_category:
-        by_cat = {c: rs[:per_category] for c, rs in by_cat.items()}
-    interleaved = [r for group in itertools.zip_longest(*by_cat.values()) for r in group if r]
-    return interleaved[:limit] if limit else interleaved
 
 
 def format_summary(summary: dict) -> str:

@@ -128,26 +128,74 @@ class EngineConfig(StrictModel):
         return f"http://{self.host}:{self.port}"
 
 
-class SweepConfig(StrictModel):
-    """A grid of measurements: methods x draft lengths x batch sizes x splits."""
+SplitName = Literal[
+    "qualitative",
+    "mtbench",
+    "throughput_1k",
+    "throughput_2k",
+    "throughput_8k",
+    "throughput_16k",
+    "throughput_32k",
+    "throughput_1k_random",
+    "throughput_2k_random",
+    "throughput_8k_random",
+    "throughput_16k_random",
+    "throughput_32k_random",
+]
+SPLIT_NAMES: tuple[str, ...] = get_args(SplitName)
 
+
+class SweepConfig(StrictModel):
+    """A sweep: SD methods x draft lengths x batch sizes x splits on one target model.
+
+    This is the parameter form of the ``sweep`` flow; every field shows in the Prefect UI with
+    its description. One engine is launched per SD configuration and reused for all batch sizes
+    and splits; a no-SD baseline is always measured so that speedup is defined.
+    """
+
+    name: str = Field(default="sweep", min_length=1, description="Name of the MLflow parent run.")
+    model: str = Field(
+        default="qwen2.5-coder-1.5b-instruct",
+        description="Target: a packaged model name, a local HF directory or a hub id.",
+    )
+    draft_model: str | None = Field(
+        default=None, description="Draft weights for draft_model/eagle/eagle3 (name, path or id)."
+    )
     methods: list[SpecMethod] = Field(
         default_factory=lambda: ["none"], min_length=1, description="SD methods to measure."
     )
     draft_lengths: list[int] = Field(
-        default_factory=lambda: [3], min_length=1, description="Draft lengths k to sweep."
+        default_factory=list, description="Draft lengths k to sweep for every SD method."
     )
     batch_sizes: list[int] = Field(
         default_factory=lambda: [1], min_length=1, description="Concurrent streams to sweep."
     )
-    splits: list[str] = Field(
+    splits: list[SplitName] = Field(
         default_factory=lambda: ["qualitative"], min_length=1, description="Splits to run."
     )
-    draft_model: str | None = Field(default=None, description="Draft weights for model methods.")
+    per_category: int | None = Field(
+        default=None, ge=1, description="Use the first N prompts of each category (None: all)."
+    )
+    limit: int | None = Field(default=None, ge=1, description="At most N prompts per split.")
+    multiturn: bool = Field(default=False, description="Send every turn of multi-turn prompts.")
     output_len: int = Field(default=96, ge=1, le=65536, description="Tokens generated a request.")
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature.")
     repeats: int = Field(default=1, ge=1, le=100, description="Repeats of every configuration.")
     seed: int = Field(default=0, description="Seed for sampling and prompt order.")
+    engine: EngineKind = Field(default="vllm", description="Inference engine.")
+    launcher: LauncherKind = Field(
+        default="local", description="local process, docker container, or an external server."
+    )
+    host: str = Field(default="127.0.0.1", description="Engine address (bind and call).")
+    port: int = Field(default=8000, ge=1, le=65535, description="Engine port.")
+    dtype: DType = Field(default="auto", description="Weights dtype (auto: bf16 where native).")
+    data_dir: str = Field(default="data", description="Where the built splits are.")
+    out_dir: str = Field(default="results/sweeps", description="Where records and plots go.")
+    tracking_uri: str | None = Field(
+        default=None, description="MLflow tracking URI (default: SQLite file in the project)."
+    )
+    experiment: str = Field(default="speedbench", description="MLflow experiment name.")
+    force: bool = Field(default=False, description="Re-run configurations that already completed.")
 
     @model_validator(mode="after")
     def _check_grid(self) -> SweepConfig:
@@ -158,6 +206,18 @@ class SweepConfig(StrictModel):
                 raise ValueError(f"{name} must all be >= 1, got {bad}")
             if len(set(values)) != len(values):
                 raise ValueError(f"{name} has duplicates: {values}")
+        for name in ("methods", "splits"):
+            values = getattr(self, name)
+            if len(set(values)) != len(values):
+                raise ValueError(f"{name} has duplicates: {values}")
+        speculative = [m for m in self.methods if m != "none"]
+        if not speculative and self.draft_lengths:
+            raise ValueError(
+                f"draft_lengths {self.draft_lengths} given but no SD method is selected; "
+                "add a method or drop draft_lengths"
+            )
+        if speculative and not self.draft_lengths:
+            raise ValueError(f"draft_lengths is required for SD methods {speculative}")
         if any(m in METHODS_NEEDING_DRAFT_MODEL for m in self.methods) and not self.draft_model:
             raise ValueError("draft_model is required when methods include a model-based drafter")
         return self

@@ -2,10 +2,10 @@
 
 Layout of an output directory::
 
-    OUT/<config label>/bs<N>/records.jsonl   written per request as it finishes (crash-safe)
-    OUT/<config label>/bs<N>/records.parquet consolidated at the end of the level
-    OUT/<config label>/bs<N>/metrics.json    summary of the level
-    OUT/<config label>/engine.log            the engine's log
+    OUT/<config>/<split>/bs<N>/records.jsonl   written per request as it finishes (crash-safe)
+    OUT/<config>/<split>/bs<N>/records.parquet consolidated at the end of the level
+    OUT/<config>/<split>/bs<N>/metrics.json    summary of the level
+    OUT/<config>/engine.log                    the engine's log
     OUT/summary.json                         every level, plus speedup vs the no-SD baseline
     OUT/plots/*.png                          conditional AR by position, Pareto curve
 
@@ -19,7 +19,7 @@ import dataclasses
 import json
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,6 +81,26 @@ def engine_session(
         raise NotImplementedError(f"launcher {engine.launcher!r} is not available in this build")
 
 
+class OpenEngine:
+    """An engine session opened by one call and closed by another (for orchestrators).
+
+    ``engine_session`` is a context manager; Prefect tasks cannot share a ``with`` block, so this
+    holds the session's exit stack until :meth:`close`, which is safe to call more than once.
+    """
+
+    def __init__(self, engine: EngineConfig, spec: SpecConfig, log_path: Path):
+        self._stack = contextlib.ExitStack()
+        try:
+            self.running = self._stack.enter_context(engine_session(engine, spec, log_path))
+        except BaseException:
+            self._stack.close()
+            raise
+
+    def close(self) -> None:
+        """Stop the engine (kill its process group) and release its port."""
+        self._stack.close()
+
+
 def check_alive(running: RunningEngine, when: str) -> None:
     """Raise EngineError (quoting the log tail) if a local engine process has exited."""
     proc = running.process
@@ -97,6 +117,7 @@ class LevelResult:
     batch_size: int
     metrics: dict[str, Any]
     directory: Path
+    split: str = ""
 
 
 def validate_items(items: Sequence[WorkItem], vocab_size: int) -> None:
@@ -135,40 +156,58 @@ def measure_level(
         "split": settings.split,
     }
     _write_json(directory / "metrics.json", metrics)
-    return LevelResult(running.spec.label, settings.batch_size, metrics, directory)
+    return LevelResult(
+        running.spec.label, settings.batch_size, metrics, directory, split=settings.split
+    )
 
 
 def measure(
     engine: EngineConfig,
     specs: Sequence[SpecConfig],
-    items: Sequence[WorkItem],
+    items: Sequence[WorkItem] | Mapping[str, Sequence[WorkItem]],
     batch_sizes: Sequence[int],
     out_dir: str | Path,
     *,
     settings: LoadSettings | None = None,
     tokenizer: PromptTokenizer | None = None,
+    on_level: Callable[[LevelResult], None] | None = None,
 ) -> dict[str, Any]:
-    """Measure every SD config at every batch size; one engine launch per SD config.
+    """Measure every SD config on every split at every batch size; one launch per SD config.
+
+    Args:
+        engine: The engine to launch (or attach to).
+        specs: SD configurations; put the no-SD baseline first so speedups are known early.
+        items: Prompts of one split (named by ``settings.split``) or a mapping split -> prompts.
+        batch_sizes: Concurrency levels.
+        out_dir: Output root (layout in the module docstring).
+        settings: Load settings shared by all levels.
+        tokenizer: Templates text prompts and validates pre-tokenized ones.
+        on_level: Called with each level as soon as it is measured.
 
     A config whose engine fails to start or dies is recorded under ``failures`` (with the tail
     of its log) and the sweep goes on with the next config; levels already measured are kept.
     """
     out = Path(out_dir)
     base = settings or LoadSettings()
+    splits = dict(items) if isinstance(items, Mapping) else {base.split: items}
     if tokenizer is not None:
-        validate_items(items, tokenizer.vocab_size)
+        for split_items in splits.values():
+            validate_items(split_items, tokenizer.vocab_size)
     levels: list[LevelResult] = []
     failures: list[dict[str, str]] = []
     for spec in specs:
         spec_dir = out / spec.label
         try:
             with engine_session(engine, spec, spec_dir / "engine.log") as running:
-                for bs in batch_sizes:
-                    level = dataclasses.replace(base, batch_size=bs)
-                    levels.append(
-                        measure_level(running, items, level, tokenizer, spec_dir / f"bs{bs}")
-                    )
-                    check_alive(running, f"while measuring batch size {bs}")
+                for split, split_items in splits.items():
+                    for bs in batch_sizes:
+                        level = dataclasses.replace(base, batch_size=bs, split=split)
+                        where = spec_dir / split / f"bs{bs}"
+                        result = measure_level(running, split_items, level, tokenizer, where)
+                        levels.append(result)
+                        if on_level is not None:
+                            on_level(result)
+                        check_alive(running, f"while measuring {split} at batch size {bs}")
         except EngineError as exc:
             log.error("config %s failed: %s", spec.label, exc)
             failures.append({"config": spec.label, "error": str(exc)})
@@ -187,6 +226,7 @@ def build_summary(levels: Sequence[LevelResult]) -> dict[str, Any]:
         load = o["load"]
         row = {
             "config": lv.label,
+            "split": lv.split,
             "batch_size": lv.batch_size,
             "output_throughput_tok_s": load["output_throughput_tok_s"],
             "per_user_tok_s": load["per_user_tok_s"],
@@ -208,21 +248,33 @@ def build_summary(levels: Sequence[LevelResult]) -> dict[str, Any]:
             row["al_counters"] = o["acceptance_counters"]["al_token_weighted"]
             row["conditional_ar_counters"] = o["acceptance_counters"]["conditional_ar"]
         rows.append(row)
-    throughput = {(r["config"], r["batch_size"]): r["output_throughput_tok_s"] for r in rows}
-    baseline = {bs: v for (label, bs), v in throughput.items() if label == "none"}
-    for r in rows:
-        if r["config"] != "none" and r["batch_size"] in baseline:
-            ratio = speedup({r["batch_size"]: r["output_throughput_tok_s"]}, baseline)
-            r["speedup"] = ratio.get(r["batch_size"])
+    add_speedups(rows)
     fronts = {}
-    for label in dict.fromkeys(r["config"] for r in rows):
+    for label, split in dict.fromkeys((r["config"], r["split"]) for r in rows):
         points = [
             LoadPoint(r["batch_size"], r["per_user_tok_s"], r["output_throughput_tok_s"])
             for r in rows
-            if r["config"] == label
+            if r["config"] == label and r["split"] == split
         ]
-        fronts[label] = [p.batch_size for p in pareto_front(points)]
+        key = label if len({r["split"] for r in rows}) == 1 else f"{label}/{split}"
+        fronts[key] = [p.batch_size for p in pareto_front(points)]
     return {"levels": rows, "pareto_batch_sizes": fronts}
+
+
+def add_speedups(rows: list[dict[str, Any]]) -> None:
+    """Set ``speedup`` on SD rows: throughput over the no-SD row of the same split and bs."""
+    baseline = {
+        (r.get("split", ""), r["batch_size"]): r["output_throughput_tok_s"]
+        for r in rows
+        if r["config"] == "none"
+    }
+    for r in rows:
+        key = (r.get("split", ""), r["batch_size"])
+        if r["config"] != "none" and key in baseline:
+            ratio = speedup(
+                {r["batch_size"]: r["output_throughput_tok_s"]}, {key[1]: baseline[key]}
+            )
+            r["speedup"] = ratio.get(r["batch_size"])
 
 
 def _write_json(path: Path, data: Any) -> None:

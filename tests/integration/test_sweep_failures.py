@@ -27,7 +27,7 @@ def test_failed_config_is_reported_and_the_sweep_continues(tiny_pair, tmp_path):
         [WorkItem("p0", "mixed", ("Say hello.",))],
         [1],
         tmp_path / "out",
-        settings=LoadSettings(max_tokens=8, show_progress=False),
+        settings=LoadSettings(max_tokens=8, show_progress=False, split="hello"),
         tokenizer=PromptTokenizer.from_pretrained(str(target)),
     )
     (failure,) = summary["failures"]
@@ -39,4 +39,4 @@ def test_failed_config_is_reported_and_the_sweep_continues(tiny_pair, tmp_path):
     ]
     on_disk = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert on_disk["failures"] == summary["failures"]
-    assert (tmp_path / "out" / "none" / "bs1" / "records.parquet").exists()
+    assert (tmp_path / "out" / "none" / "hello" / "bs1" / "records.parquet").exists()

@@ -76,9 +76,26 @@ BAD_CONFIGS = [
     (SweepConfig, {"batch_sizes": [4, 4]}, "batch_sizes has duplicates"),
     (
         SweepConfig,
-        {"methods": ["eagle3"]},
+        {"methods": ["eagle3"], "draft_lengths": [3]},
         "draft_model is required when methods include a model-based drafter",
     ),
+    (
+        SweepConfig,
+        {"methods": ["none"], "draft_lengths": [3]},
+        "draft_lengths [3] given but no SD method is selected",
+    ),
+    (SweepConfig, {"methods": ["ngram"]}, "draft_lengths is required for SD methods ['ngram']"),
+    (
+        SweepConfig,
+        {"splits": ["qualitative", "throughput_4k"]},
+        "SweepConfig.splits.1: got 'throughput_4k'; allowed: 'qualitative', 'mtbench'",
+    ),
+    (SweepConfig, {"splits": []}, "SweepConfig.splits: List should have at least 1 item"),
+    (SweepConfig, {"batch_sizes": []}, "SweepConfig.batch_sizes: List should have at least 1"),
+    (SweepConfig, {"batch_sizes": [0]}, "batch_sizes must all be >= 1, got [0]"),
+    (SweepConfig, {"methods": ["none", "none"]}, "methods has duplicates"),
+    (SweepConfig, {"per_category": 0}, "SweepConfig.per_category: Input should be greater"),
+    (SweepConfig, {"methds": ["none"]}, "SweepConfig.methds: unknown field; allowed fields: name"),
     (
         SweepConfig,
         {"temperature": -1},
@@ -136,8 +153,8 @@ def test_malformed_params_file(tmp_path):
 
 
 def test_prompt_selection_interleaves_categories():
-    from speedbench.cli import select_prompts
     from speedbench.data.prompts import PromptRow, PromptSetError
+    from speedbench.sweep import select_prompts
 
     rows = [
         PromptRow(question_id=f"{c}{i}", category=c, turns=["q"]) for c in "ab" for i in range(3)

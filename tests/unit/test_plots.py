@@ -10,6 +10,8 @@ SUMMARY = {
             "output_throughput_tok_s": 3.3,
             "per_user_tok_s": 3.5,
             "conditional_ar_counters": [0.8, 0.7, 0.6],
+            "al_by_category": {"coding": 3.1, "writing": 2.2},
+            "speedup": 1.1,
         },
     ]
 }
@@ -17,7 +19,12 @@ SUMMARY = {
 
 def test_plots_are_written_as_png(tmp_path):
     paths = write_plots(SUMMARY, tmp_path)
-    assert sorted(p.name for p in paths) == ["conditional_ar.png", "pareto.png"]
+    assert sorted(p.name for p in paths) == [
+        "al_heatmap.png",
+        "conditional_ar.png",
+        "pareto.png",
+        "speedup.png",
+    ]
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -25,3 +32,9 @@ def test_plots_are_written_as_png(tmp_path):
 def test_no_acceptance_plot_without_sd(tmp_path):
     paths = write_plots({"levels": SUMMARY["levels"][:2]}, tmp_path)
     assert [p.name for p in paths] == ["pareto.png"]
+
+
+def test_many_splits_get_separate_curves(tmp_path):
+    levels = [dict(r, split=s) for r in SUMMARY["levels"] for s in ("qualitative", "throughput_1k")]
+    paths = write_plots({"levels": levels}, tmp_path)
+    assert len(paths) == 4

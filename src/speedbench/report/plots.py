@@ -1,4 +1,4 @@
-"""PNG plots of a measured summary: conditional AR by position, and the throughput Pareto curve.
+"""PNG plots of a measured summary: conditional AR, Pareto curve, AL heatmap, speedup by batch.
 
 Matplotlib runs headless (Agg). Each function takes the ``summary.json`` mapping that
 :func:`speedbench.measure.build_summary` produces and writes one PNG.
@@ -16,15 +16,26 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 
+def _name(row: dict[str, Any], many_splits: bool) -> str:
+    label = "no SD" if row["config"] == "none" else row["config"]
+    return f"{label} [{row.get('split', '')}]" if many_splits else label
+
+
+def _many_splits(summary: dict[str, Any]) -> bool:
+    return len({r.get("split", "") for r in summary["levels"]}) > 1
+
+
 def plot_conditional_ar(summary: dict[str, Any], path: str | Path) -> Path | None:
     """Conditional AR per draft position, one line per SD config and batch size (counters)."""
     rows = [r for r in summary["levels"] if r.get("conditional_ar_counters")]
     if not rows:
         return None
+    many = _many_splits(summary)
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in rows:
         ar = r["conditional_ar_counters"]
-        ax.plot(range(1, len(ar) + 1), ar, marker="o", label=f"{r['config']} bs={r['batch_size']}")
+        name = f"{_name(r, many)} bs={r['batch_size']}"
+        ax.plot(range(1, len(ar) + 1), ar, marker="o", label=name)
     ax.set_xlabel("draft position j")
     ax.set_ylabel("conditional AR_j")
     ax.set_ylim(0, 1.05)
@@ -38,9 +49,10 @@ def plot_conditional_ar(summary: dict[str, Any], path: str | Path) -> Path | Non
 def plot_pareto(summary: dict[str, Any], path: str | Path) -> Path | None:
     """System throughput against per-user speed over batch sizes, one curve per config."""
     curves: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    many = _many_splits(summary)
     for r in summary["levels"]:
         if r.get("per_user_tok_s") and r.get("output_throughput_tok_s"):
-            curves[r["config"]].append(r)
+            curves[_name(r, many)].append(r)
     if not curves:
         return None
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -48,12 +60,57 @@ def plot_pareto(summary: dict[str, Any], path: str | Path) -> Path | None:
         rows.sort(key=lambda r: r["batch_size"])
         xs = [r["per_user_tok_s"] for r in rows]
         ys = [r["output_throughput_tok_s"] for r in rows]
-        ax.plot(xs, ys, marker="o", label="no SD" if label == "none" else label)
+        ax.plot(xs, ys, marker="o", label=label)
         for r, x, y in zip(rows, xs, ys, strict=True):
             ax.annotate(f"bs{r['batch_size']}", (x, y), textcoords="offset points", xytext=(4, 4))
     ax.set_xlabel("per-user speed (tokens/s)")
     ax.set_ylabel("system throughput (tokens/s)")
     ax.set_title("Throughput vs per-user speed")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_al_heatmap(summary: dict[str, Any], path: str | Path) -> Path | None:
+    """Acceptance length per category (columns) for every SD configuration level (rows)."""
+    rows = [r for r in summary["levels"] if r.get("al_by_category")]
+    if not rows:
+        return None
+    many = _many_splits(summary)
+    cats = sorted({c for r in rows for c in r["al_by_category"]})
+    names = [f"{_name(r, many)} bs={r['batch_size']}" for r in rows]
+    grid = [[r["al_by_category"].get(c) or float("nan") for c in cats] for r in rows]
+    fig, ax = plt.subplots(figsize=(1.0 + 0.8 * len(cats), 1.2 + 0.45 * len(rows)))
+    im = ax.imshow(grid, cmap="viridis", aspect="auto")
+    ax.set_xticks(range(len(cats)), cats, rotation=40, ha="right")
+    ax.set_yticks(range(len(rows)), names)
+    for i, line in enumerate(grid):
+        for j, v in enumerate(line):
+            if v == v:  # not NaN
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w", fontsize=8)
+    fig.colorbar(im, ax=ax, label="acceptance length")
+    ax.set_title("Acceptance length by category")
+    return _save(fig, path)
+
+
+def plot_speedup(summary: dict[str, Any], path: str | Path) -> Path | None:
+    """Throughput speedup over no SD against batch size, one line per SD configuration."""
+    curves: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    many = _many_splits(summary)
+    for r in summary["levels"]:
+        if r.get("speedup") is not None:
+            curves[_name(r, many)].append(r)
+    if not curves:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, rows in curves.items():
+        rows.sort(key=lambda r: r["batch_size"])
+        ax.plot([r["batch_size"] for r in rows], [r["speedup"] for r in rows], "o-", label=label)
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size (concurrent streams)")
+    ax.set_ylabel("speedup over no SD")
+    ax.set_title("SD speedup by batch size")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _save(fig, path)
@@ -65,6 +122,8 @@ def write_plots(summary: dict[str, Any], out_dir: str | Path) -> list[Path]:
     made = [
         plot_conditional_ar(summary, out / "conditional_ar.png"),
         plot_pareto(summary, out / "pareto.png"),
+        plot_al_heatmap(summary, out / "al_heatmap.png"),
+        plot_speedup(summary, out / "speedup.png"),
     ]
     return [p for p in made if p is not None]
 

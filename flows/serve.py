@@ -1,0 +1,34 @@
+"""Serve every speedbench flow as a deployment, for the Prefect UI and API.
+
+Run from the project root against a Prefect server (see README, "Prefect UI")::
+
+    .venv/bin/python -m flows.serve
+
+The process registers the deployments and executes their runs; trigger them from the UI's
+deployment form or with ``prefect deployment run 'sweep/sweep' --params '{...}'``.
+"""
+
+from __future__ import annotations
+
+from prefect import serve
+
+from flows.aggregate import aggregate
+from flows.build_splits import build_splits
+from flows.sweep import sweep
+
+
+def main() -> None:
+    """Register and serve the deployments until interrupted."""
+    serve(
+        sweep.to_deployment(
+            name="sweep",
+            description="SD methods x draft lengths x batch sizes x splits, tracked in MLflow.",
+            tags=["speedbench"],
+        ),
+        build_splits.to_deployment(name="build_splits", tags=["speedbench"]),
+        aggregate.to_deployment(name="aggregate", tags=["speedbench"]),
+    )
+
+
+if __name__ == "__main__":
+    main()

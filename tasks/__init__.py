@@ -1,0 +1,1 @@
+"""Prefect tasks over the speedbench core: small, with explicit retries, and the MLflow layer."""

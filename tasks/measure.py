@@ -1,0 +1,68 @@
+"""Tasks that measure one load level and record it in MLflow.
+
+A level is not retried: a level that failed half-way should show as failed, not be silently
+averaged with a second attempt. Logging to MLflow is retried, since SQLite can be briefly locked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from speedbench.client.loadgen import LoadSettings, WorkItem
+from speedbench.measure import LevelResult, OpenEngine, measure_level
+from speedbench.sweep import level_metrics
+from speedbench.tokenize import PromptTokenizer
+from tasks.tracking import Tracker
+
+
+@task(cache_policy=NO_CACHE)
+def run_level(
+    handle: OpenEngine,
+    items: list[WorkItem],
+    settings: LoadSettings,
+    tokenizer: PromptTokenizer,
+    directory: Path,
+) -> LevelResult:
+    """Drive ``settings.batch_size`` concurrent streams over ``items``; records land on disk."""
+    return measure_level(handle.running, items, settings, tokenizer, directory)
+
+
+@task(retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
+def log_level(
+    tracker: Tracker,
+    parent_id: str,
+    level: LevelResult,
+    identity: dict[str, Any],
+    config_hash: str,
+    extra_params: dict[str, Any],
+    speedup: float | None,
+) -> str:
+    """A finished child run with the level's metrics, AR series and artifacts."""
+    scalars, series = level_metrics(level.metrics)
+    if speedup is not None:
+        scalars["speedup"] = speedup
+    name = f"{level.label} {level.split} bs{level.batch_size}"
+    files = [level.directory / "records.parquet", level.directory / "metrics.json"]
+    return tracker.log_config(
+        parent_id, name, identity, config_hash, scalars, series, files, extra_params
+    )
+
+
+@task(retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
+def log_failure(
+    tracker: Tracker,
+    parent_id: str,
+    name: str,
+    identity: dict[str, Any],
+    config_hash: str,
+    error: str,
+    artifacts: list[Path],
+) -> str:
+    """A FAILED child run carrying the error (with the engine log tail) and the log file."""
+    return tracker.log_config(
+        parent_id, name, identity, config_hash, {}, {}, artifacts, status="FAILED", error=error
+    )

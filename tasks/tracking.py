@@ -1,0 +1,155 @@
+"""MLflow tracking of sweeps: one parent run per sweep, one child run per measured configuration.
+
+Only this module talks to MLflow, through an explicit ``MlflowClient`` (no global active run),
+so concurrent flows cannot log into each other's runs. The default store is a SQLite file and an
+artifact folder inside the project; a user's tracking URI overrides it. Secrets never reach a
+param, tag or artifact: values of keys that look like credentials are redacted, and the engine's
+environment is never logged at all.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_STORE = PROJECT_ROOT / "mlflow"
+CONFIG_HASH_TAG = "speedbench.config_hash"
+KIND_TAG = "speedbench.kind"
+# Keys named like a credential: *_TOKEN (not num_speculative_tokens), *SECRET*, *PASSWORD*, ...
+SECRET_KEY = re.compile(
+    r"(?:^|[._-])(?:hf_|api_|access_|auth_)?token$|secret|passw(?:or)?d|api[_-]?key|credential",
+    re.I,
+)
+SECRET_VALUE = re.compile(r"\b(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9]{20,})\b")
+REDACTED = "***"
+
+
+def default_tracking_uri(store: Path = DEFAULT_STORE) -> str:
+    """SQLite tracking store inside the project (created on first use)."""
+    store.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{store.resolve() / 'mlflow.db'}"
+
+
+def redact(key: str, value: Any) -> str:
+    """The string MLflow may store for ``key``: credentials replaced by ``***``."""
+    if SECRET_KEY.search(key):
+        return REDACTED
+    return SECRET_VALUE.sub(REDACTED, str(value))
+
+
+def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as dotted keys (``spec.method``); lists stay values."""
+    if not isinstance(data, dict):
+        return {prefix.rstrip("."): data}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        out.update(flatten(value, f"{prefix}{key}."))
+    return out
+
+
+class Tracker:
+    """The MLflow side of one sweep."""
+
+    def __init__(self, tracking_uri: str | None, experiment: str, store: Path = DEFAULT_STORE):
+        self.uri = tracking_uri or default_tracking_uri(store)
+        self.client = MlflowClient(self.uri)
+        found = self.client.get_experiment_by_name(experiment)
+        if found is not None:
+            self.experiment_id = found.experiment_id
+        else:
+            location = None
+            if self.uri.startswith("sqlite:") and tracking_uri is None:
+                location = (store / "artifacts").resolve().as_uri()
+            self.experiment_id = self.client.create_experiment(experiment, location)
+
+    def start_parent(self, name: str, params: dict[str, Any]) -> str:
+        """Open the sweep's parent run; return its id."""
+        run = self.client.create_run(self.experiment_id, run_name=name, tags={KIND_TAG: "sweep"})
+        self._log_params(run.info.run_id, params)
+        return run.info.run_id
+
+    def log_config(
+        self,
+        parent_id: str,
+        name: str,
+        identity: dict[str, Any],
+        config_hash: str,
+        metrics: dict[str, Any],
+        series: dict[str, list[float]],
+        artifacts: Iterable[Path] = (),
+        extra_params: dict[str, Any] | None = None,
+        status: str = "FINISHED",
+        error: str | None = None,
+    ) -> str:
+        """One child run: params, scalar metrics, step-indexed series and artifacts."""
+        tags = {"mlflow.parentRunId": parent_id, CONFIG_HASH_TAG: config_hash, KIND_TAG: "config"}
+        if error:
+            tags["speedbench.error"] = redact("error", error)[:5000]
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
+        run_id = run.info.run_id
+        self._log_params(run_id, {**flatten(identity), **(extra_params or {})})
+        stamp = 0
+        batch = [
+            Metric(k, float(v), stamp, 0)
+            for k, v in metrics.items()
+            if isinstance(v, int | float) and v == v
+        ]
+        for key, values in series.items():
+            batch += [
+                Metric(key, float(v), stamp, step)
+                for step, v in enumerate(values, start=1)
+                if v is not None
+            ]
+        for i in range(0, len(batch), 900):
+            self.client.log_batch(run_id, metrics=batch[i : i + 900])
+        for path in artifacts:
+            if path.exists():
+                self.client.log_artifact(run_id, str(path))
+        self.client.set_terminated(run_id, status)
+        return run_id
+
+    def finish_parent(
+        self,
+        parent_id: str,
+        metrics: dict[str, float],
+        artifacts: Iterable[Path],
+        status: str,
+    ) -> None:
+        """Log the sweep's plots and tables on the parent run and close it."""
+        batch = [Metric(k, float(v), 0, 0) for k, v in metrics.items() if v == v]
+        if batch:
+            self.client.log_batch(parent_id, metrics=batch)
+        for path in artifacts:
+            if path.exists():
+                self.client.log_artifact(parent_id, str(path))
+        self.client.set_terminated(parent_id, status)
+
+    def completed(self) -> dict[str, str]:
+        """Config hash -> run id of every finished configuration run in the experiment."""
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.{KIND_TAG} = 'config' and attributes.status = 'FINISHED'",
+            max_results=50000,
+        )
+        return {r.data.tags[CONFIG_HASH_TAG]: r.info.run_id for r in runs}
+
+    def children(self, parent_id: str) -> list[Any]:
+        """Configuration runs of a sweep."""
+        return self.client.search_runs(
+            [self.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_id}'"
+        )
+
+    def _log_params(self, run_id: str, params: dict[str, Any]) -> None:
+        items = [Param(k, redact(k, v)[:6000]) for k, v in params.items()]
+        for i in range(0, len(items), 90):
+            self.client.log_batch(run_id, params=items[i : i + 90])
+
+    def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
+        """Tags on a run (values redacted)."""
+        self.client.log_batch(run_id, tags=[RunTag(k, redact(k, v)) for k, v in tags.items()])

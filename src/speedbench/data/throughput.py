@@ -291,7 +291,7 @@ def build_bucket(
             rows.append(
                 {
                     "question_id": content_id([text]),
-                    "category": f"throughput_{name}",
+                    "category": tier,
                     "sub_category": corpus.name,
                     "turns": [text],
                     "source": corpus.name,
@@ -346,6 +346,7 @@ def random_control(
                 "source": "random_tokens",
                 "src_id": row["question_id"],
                 "turns": [f"<{len(body)} uniformly random token ids>"],
+                "category": "random",
                 "entropy_tier": "random",
                 "prompt_token_ids": ids,
             }

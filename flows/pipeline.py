@@ -1,0 +1,51 @@
+"""Entry point of the DVC measure stages: run the ``sweep`` flow for one params section.
+
+``python -m flows.pipeline measure_qualitative --params params.yaml`` runs the Prefect flow
+(ephemeral server unless PREFECT_API_URL is set), logs every configuration to MLflow, and writes
+the stage's DVC metrics next to its records. Exit codes: 0 ok, 2 bad input, 3 a config failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from speedbench.config import ConfigError, load_params
+from speedbench.data.prompts import PromptSetError
+from speedbench.pipeline import STAGES, stage_sweep, write_stage_metrics
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one measure stage."""
+    parser = argparse.ArgumentParser(prog="python -m flows.pipeline", description=__doc__)
+    parser.add_argument("stage", choices=STAGES)
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--results", default="results", help="records, logs, plots (DVC out)")
+    parser.add_argument("--metrics", default="results/metrics", help="DVC metrics (git-tracked)")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    try:
+        config = stage_sweep(load_params(args.params), args.stage, args.results)
+    except ConfigError as exc:
+        print(f"speedbench: error: {exc}", file=sys.stderr)
+        return 2
+    from flows.sweep import sweep
+
+    try:
+        summary = sweep(config)
+    except (ConfigError, PromptSetError) as exc:
+        print(f"speedbench: error: {exc}", file=sys.stderr)
+        return 2
+    for path in write_stage_metrics(summary, Path(args.metrics) / config.name):
+        print(f"wrote {path}")
+    print(f"MLflow: parent run {summary['parent_run_id']} in {summary['tracking_uri']}")
+    for failure in summary["failures"]:
+        print(f"FAILED {failure['config']}: {failure['error']}", file=sys.stderr)
+    return 3 if summary["failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

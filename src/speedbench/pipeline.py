@@ -1,0 +1,128 @@
+"""The DVC pipeline's file contract: params sections -> sweep configs, summaries -> metrics files.
+
+``dvc.yaml`` stages call thin entry points (``speedbench`` for the core, ``python -m
+flows.pipeline`` for the Prefect sweeps); what they read from params.yaml and what they write for
+``dvc metrics`` / ``dvc plots`` is defined here, so the reference check and the report agree.
+
+Acceptance at greedy decoding is deterministic at a fixed batch size, so ``acceptance.json`` is
+compared exactly against the committed reference; throughput is hardware-dependent and lives in
+``throughput.json``, compared by ratio only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from speedbench.config import ConfigError, SweepConfig, load_config
+
+ACCEPTANCE_FILE = "acceptance.json"
+THROUGHPUT_FILE = "throughput.json"
+AR_CSV = "conditional_ar.csv"
+STAGES = ("measure_qualitative", "measure_throughput")
+
+
+def stage_sweep(params: dict[str, Any], stage: str, results_dir: str = "results") -> SweepConfig:
+    """The sweep config of a measure stage: its params section plus the shared ``models``."""
+    if stage not in params:
+        raise ConfigError(f"params has no {stage!r} section; expected one of {', '.join(STAGES)}")
+    models = params.get("models", {}) or {}
+    section = dict(params[stage] or {})
+    fields = {
+        "name": stage.removeprefix("measure_"),
+        "model": models.get("target", "qwen2.5-coder-1.5b-instruct"),
+        "draft_model": models.get("draft"),
+        "dtype": models.get("dtype", "auto"),
+        "out_dir": results_dir,
+        **section,
+    }
+    if not any(m in ("draft_model", "eagle", "eagle3") for m in fields.get("methods", [])):
+        fields["draft_model"] = None
+    return load_config(SweepConfig, fields)
+
+
+def acceptance_metrics(summary: dict[str, Any]) -> dict[str, Any]:
+    """Per SD config, split and batch size: AL (stream, counters), conditional AR, AL by category.
+
+    Values are rounded to 6 digits, far below any real change and above float noise in JSON.
+    """
+    out: dict[str, Any] = {}
+    for row in summary["levels"]:
+        if row["config"] == "none":
+            continue
+        entry = {
+            "al_stream": row.get("al_stream"),
+            "al_counters": row.get("al_counters"),
+            "conditional_ar": row.get("conditional_ar_counters") or row.get("conditional_ar"),
+            "al_by_category": row.get("al_by_category", {}),
+        }
+        key = f"{row['config']}/{row['split']}/bs{row['batch_size']}"
+        out[key] = _round(entry)
+    return out
+
+
+def throughput_metrics(summary: dict[str, Any]) -> dict[str, Any]:
+    """Per config, split and batch size: output throughput, per-user speed and speedup."""
+    return {
+        f"{r['config']}/{r['split']}/bs{r['batch_size']}": _round(
+            {
+                "output_tok_s": r["output_throughput_tok_s"],
+                "per_user_tok_s": r["per_user_tok_s"],
+                "speedup": r.get("speedup"),
+                "error_rate": r["error_rate"],
+            }
+        )
+        for r in summary["levels"]
+    }
+
+
+def write_stage_metrics(summary: dict[str, Any], out_dir: Path) -> list[Path]:
+    """acceptance.json, throughput.json and conditional_ar.csv of a measured stage."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    acc = out_dir / ACCEPTANCE_FILE
+    acc.write_text(json.dumps(acceptance_metrics(summary), indent=2, sort_keys=True) + "\n")
+    thr = out_dir / THROUGHPUT_FILE
+    thr.write_text(json.dumps(throughput_metrics(summary), indent=2, sort_keys=True) + "\n")
+    lines = ["config,position,conditional_ar"]
+    for key, entry in acceptance_metrics(summary).items():
+        for j, ar in enumerate(entry["conditional_ar"] or [], start=1):
+            lines.append(f"{key},{j},{ar}")
+    csv = out_dir / AR_CSV
+    csv.write_text("\n".join(lines) + "\n")
+    return [acc, thr, csv]
+
+
+def compare_acceptance(reference: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
+    """Every difference between two acceptance.json mappings, one line each (empty: equal)."""
+    diffs = []
+    for key in sorted(set(reference) | set(fresh)):
+        if key not in fresh:
+            diffs.append(f"{key}: in the reference, not measured")
+            continue
+        if key not in reference:
+            diffs.append(f"{key}: measured, not in the reference")
+            continue
+        for path, ref, new in _leaves(reference[key], fresh[key]):
+            if ref != new:
+                diffs.append(f"{key} {path}: reference {ref}, measured {new}")
+    return diffs
+
+
+def _leaves(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b)):
+            out += _leaves(a.get(k), b.get(k), f"{path}.{k}" if path else k)
+        return out
+    return [(path, a, b)]
+
+
+def _round(x: Any) -> Any:
+    if isinstance(x, float):
+        return round(x, 6)
+    if isinstance(x, dict):
+        return {k: _round(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_round(v) for v in x]
+    return x

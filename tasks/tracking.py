@@ -63,9 +63,12 @@ class Tracker:
         if found is not None:
             self.experiment_id = found.experiment_id
         else:
+            # A SQLite store keeps its artifacts next to the database file; otherwise MLflow
+            # would write them to ./mlruns in whatever directory the flow runs from.
             location = None
-            if self.uri.startswith("sqlite:") and tracking_uri is None:
-                location = (store / "artifacts").resolve().as_uri()
+            if self.uri.startswith("sqlite:///"):
+                db = Path(self.uri.removeprefix("sqlite:///"))  # absolute or cwd-relative
+                location = (db.parent / "artifacts").resolve().as_uri()
             self.experiment_id = self.client.create_experiment(experiment, location)
 
     def start_parent(self, name: str, params: dict[str, Any]) -> str:

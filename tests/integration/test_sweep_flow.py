@@ -6,6 +6,8 @@ Qwen2.5-Coder-0.5B; then the MLflow SQLite store is inspected the way a user wou
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -35,7 +37,7 @@ def swept(harness, qwen_small, tmp_path_factory):
     root = tmp_path_factory.mktemp("flow")
     uri = f"sqlite:///{root / 'mlflow.db'}"
     config = SweepConfig(
-        name="flow-test",
+        name="qualitative",  # the stage name the report flow looks for
         model=str(qwen_small),
         methods=["none", "ngram"],
         draft_lengths=[3],
@@ -50,7 +52,7 @@ def swept(harness, qwen_small, tmp_path_factory):
         out_dir=str(root / "out"),
     )
     summary = sweep(config)
-    return summary, MlflowClient(uri), config
+    return summary, MlflowClient(uri), config, root
 
 
 def _runs(client, experiment):
@@ -59,7 +61,7 @@ def _runs(client, experiment):
 
 
 def test_one_parent_and_one_child_per_configuration(swept):
-    summary, client, config = swept
+    summary, client, config, _ = swept
     runs = _runs(client, config.experiment)
     parents = [r for r in runs if r.data.tags.get("speedbench.kind") == "sweep"]
     children = [r for r in runs if r.data.tags.get("speedbench.kind") == "config"]
@@ -81,7 +83,7 @@ def test_one_parent_and_one_child_per_configuration(swept):
 
 
 def test_metrics_are_present_and_plausible(swept):
-    _, client, config = swept
+    _, client, config, _ = swept
     for run in _runs(client, config.experiment):
         if run.data.tags.get("speedbench.kind") != "config":
             continue
@@ -109,7 +111,7 @@ def test_metrics_are_present_and_plausible(swept):
 
 
 def test_plots_and_tables_are_on_the_parent_run(swept):
-    summary, client, _ = swept
+    summary, client, _, root = swept
     arts = {a.path for a in client.list_artifacts(summary["parent_run_id"])}
     assert {
         "pareto.png",
@@ -119,6 +121,19 @@ def test_plots_and_tables_are_on_the_parent_run(swept):
         "summary.json",
         "al_by_category.csv",
     } <= arts
+    # Artifacts of a SQLite store sit next to the database, never in ./mlruns of the cwd.
+    assert list((root / "artifacts").rglob("pareto.png"))
+    assert not (Path.cwd() / "mlruns").exists()
+
+
+def test_report_flow_renders_the_sweep(swept):
+    from flows.report import report
+
+    _, _, config, _ = swept
+    text = report(results_dir=config.out_dir, out_file=None, mlflow_uri=None)
+    assert "## Throughput and speedup (qualitative split)" in text
+    assert "| ngram-k3 | mtbench | 2 |" in text
+    assert "al_heatmap.png" in text
 
 
 def test_bad_parameters_fail_before_any_engine_starts(harness, tmp_path):

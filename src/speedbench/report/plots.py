@@ -25,6 +25,18 @@ def _many_splits(summary: dict[str, Any]) -> bool:
     return len({r.get("split", "") for r in summary["levels"]}) > 1
 
 
+def _curves(summary: dict[str, Any], keep: Any) -> dict[str, list[dict[str, Any]]]:
+    """Levels that pass ``keep``, grouped into one curve per config (and split), by batch size."""
+    curves: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    many = _many_splits(summary)
+    for r in summary["levels"]:
+        if keep(r):
+            curves[_name(r, many)].append(r)
+    for rows in curves.values():
+        rows.sort(key=lambda r: r["batch_size"])
+    return curves
+
+
 def plot_conditional_ar(summary: dict[str, Any], path: str | Path) -> Path | None:
     """Conditional AR per draft position, one line per SD config and batch size (counters)."""
     rows = [r for r in summary["levels"] if r.get("conditional_ar_counters")]
@@ -48,16 +60,13 @@ def plot_conditional_ar(summary: dict[str, Any], path: str | Path) -> Path | Non
 
 def plot_pareto(summary: dict[str, Any], path: str | Path) -> Path | None:
     """System throughput against per-user speed over batch sizes, one curve per config."""
-    curves: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    many = _many_splits(summary)
-    for r in summary["levels"]:
-        if r.get("per_user_tok_s") and r.get("output_throughput_tok_s"):
-            curves[_name(r, many)].append(r)
+    curves = _curves(
+        summary, lambda r: r.get("per_user_tok_s") and r.get("output_throughput_tok_s")
+    )
     if not curves:
         return None
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, rows in curves.items():
-        rows.sort(key=lambda r: r["batch_size"])
         xs = [r["per_user_tok_s"] for r in rows]
         ys = [r["output_throughput_tok_s"] for r in rows]
         ax.plot(xs, ys, marker="o", label=label)
@@ -95,16 +104,11 @@ def plot_al_heatmap(summary: dict[str, Any], path: str | Path) -> Path | None:
 
 def plot_speedup(summary: dict[str, Any], path: str | Path) -> Path | None:
     """Throughput speedup over no SD against batch size, one line per SD configuration."""
-    curves: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    many = _many_splits(summary)
-    for r in summary["levels"]:
-        if r.get("speedup") is not None:
-            curves[_name(r, many)].append(r)
+    curves = _curves(summary, lambda r: r.get("speedup") is not None)
     if not curves:
         return None
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, rows in curves.items():
-        rows.sort(key=lambda r: r["batch_size"])
         ax.plot([r["batch_size"] for r in rows], [r["speedup"] for r in rows], "o-", label=label)
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
     ax.set_xscale("log", base=2)

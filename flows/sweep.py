@@ -133,16 +133,14 @@ def measure_spec(
         handle = start_engine(engine, spec, log_path)
         version = engine_version(handle)
         settings = load_settings(config)
+        revisions = {split: dataset_revision(split, config.data_dir) for split, _ in todo}
         for split, bs in todo:
             level_settings = dataclasses.replace(settings, batch_size=bs, split=split)
             level = run_level(
                 handle, items[split], level_settings, tokenizer, state.level_dir(spec, split, bs)
             )
             speedup = state.keep(level, spec.is_speculative)
-            extra = {
-                "engine_version": version,
-                "dataset_revision": dataset_revision(split, config.data_dir),
-            }
+            extra = {"engine_version": version, "dataset_revision": revisions[split]}
             identity = grid[(split, bs)]
             log_level(
                 state.tracker, state.parent, level, identity, config_hash(identity), extra, speedup

@@ -196,16 +196,15 @@ class PromptFitter:
         return lo
 
 
-def corpus_queue(corpus: Corpus, seed: int, bucket: str) -> list[Document]:
-    """The corpus's documents in a seeded order specific to the bucket."""
-    docs = list(corpus.documents())
-    random.Random(f"{seed}/{bucket}/{corpus.name}").shuffle(docs)
-    return docs
+def corpus_queue(name: str, docs: list[Document], seed: int, bucket: str) -> list[Document]:
+    """A copy of a corpus's documents in a seeded order specific to the bucket."""
+    queue = list(docs)
+    random.Random(f"{seed}/{bucket}/{name}").shuffle(queue)
+    return queue
 
 
-def availability(corpus: Corpus, tokenizer: PromptTokenizer) -> tuple[int, int]:
-    """Documents and approximate tokens of text a corpus holds (for error messages)."""
-    docs = list(corpus.documents())
+def availability(docs: list[Document], tokenizer: PromptTokenizer) -> tuple[int, int]:
+    """Documents and approximate tokens of text a corpus holds (for quotas and errors)."""
     sample = docs[:: max(1, len(docs) // 50)]
     chars = sum(len(d.text) for d in docs)
     sample_chars = sum(len(d.text) for d in sample) or 1
@@ -234,16 +233,23 @@ USABLE_SHARE = 0.9
 
 
 class Availability:
-    """Approximate text held by each corpus, measured once per build."""
+    """Each corpus's documents and approximate size, read once per build (not once per bucket)."""
 
     def __init__(self, tokenizer: PromptTokenizer):
         self.tokenizer = tokenizer
         self.held: dict[str, tuple[int, int]] = {}
+        self._docs: dict[str, list[Document]] = {}
+
+    def documents(self, name: str) -> list[Document]:
+        """The documents of corpus ``name`` in the corpus's own order."""
+        if name not in self._docs:
+            self._docs[name] = list(get_corpus(name).documents())
+        return self._docs[name]
 
     def __call__(self, name: str) -> tuple[int, int]:
         """(documents, approximate tokens) of corpus ``name``."""
         if name not in self.held:
-            self.held[name] = availability(get_corpus(name), self.tokenizer)
+            self.held[name] = availability(self.documents(name), self.tokenizer)
         return self.held[name]
 
     def quotas(self, bucket: str, target: int, tier: str, names: list[str], n: int) -> dict:
@@ -276,7 +282,9 @@ def build_bucket(
     rows: list[dict[str, Any]] = []
     for tier, names in params.tiers.items():
         quota = avail.quotas(name, target, tier, names, params.per_tier)
-        queues = {n: corpus_queue(get_corpus(n), params.seed, name) for n in names if quota[n]}
+        queues = {
+            n: corpus_queue(n, avail.documents(n), params.seed, name) for n in names if quota[n]
+        }
         order = [n for k in range(max(quota.values())) for n in names if k < quota[n]]
         for corpus_name in order:
             corpus = get_corpus(corpus_name)

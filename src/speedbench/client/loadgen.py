@@ -1,30 +1,48 @@
-"""Async load generator: N concurrent streams of token-ID requests, one record per request.
+"""Closed-loop load generator: N concurrent streams of token-ID requests, one record per request.
 
-Concurrency is closed-loop: N workers each take the next conversation from a shared queue and
-run its turns back to back, so exactly N requests are in flight while work remains (the batch
-size). Turn ``i+1`` of a multi-turn prompt is templated with the model's own answer to turn ``i``.
+N slots each take the next conversation from a shared claim counter and run its turns back to
+back, so exactly N requests are in flight while work remains (the batch size). Turn ``i+1`` of a
+multi-turn prompt is templated with the model's own answer to turn ``i``. Each slot owns one
+keep-alive connection of :mod:`speedbench.client.http`, whose chunk timestamps are socket read
+times.
 
-A request never raises into the run: HTTP errors, engine errors inside the stream, transport
-failures and streams that end without a finish reason become ``RequestRecord.error``. Each record
-goes to the ``on_record`` callback (the durable sink) as soon as the request ends.
+Up to about 128 streams one process keeps up; beyond, :mod:`speedbench.client.multiproc` splits the
+slots over worker processes (``LoadSettings.workers``, 0 = chosen from the cores and the batch
+size). Either way every record goes to the durable sink as soon as its request ends, and the
+client's own lag, delay and CPU use travel with the result (:mod:`speedbench.client.selfmeasure`).
+
+A request never raises into the run (see :mod:`speedbench.client.request`). One fault stops the
+run early: when the engine refuses connections it is gone, and the rest of the prompts are not
+sent (``LoadResult.aborted`` says why).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import time
-from collections.abc import Callable, Sequence
+import gc
+import math
+import os
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 import httpx
 from tqdm.auto import tqdm
 
+from speedbench.client.http import StreamConnection
+from speedbench.client.request import RetryPolicy, encode_body, stream_one
+from speedbench.client.selfmeasure import WorkerMonitor, client_report
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineAdapter
 from speedbench.metrics.acceptance import SpecCounters
 from speedbench.records import RequestRecord
 from speedbench.tokenize import PromptTokenizer
+
+T = TypeVar("T")
+# One process holds this many streams at an engine-like pace with a p99 chunk delay near 1 ms
+# (benchmarks/client_overhead.py); more streams get more workers where there are cores.
+STREAMS_PER_WORKER = 256
 
 
 @dataclass(frozen=True)
@@ -62,6 +80,8 @@ class LoadSettings:
     split: str = ""
     repeat: int = 0
     show_progress: bool = True
+    workers: int = 0
+    max_429_retries: int = 5
 
 
 @dataclass
@@ -72,6 +92,84 @@ class LoadResult:
     counters: SpecCounters | None
     duration_s: float
     extras: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def aborted(self) -> str | None:
+        """Why the run stopped before sending every prompt (None if it did not)."""
+        reason = self.extras.get("aborted")
+        return str(reason) if reason else None
+
+
+def auto_workers(batch_size: int, cores: int | None = None) -> int:
+    """Worker processes for ``batch_size`` streams: one per 256 streams, one core left free.
+
+    The free core is for whatever else runs here (the engine, the parent process): a worker that
+    waits for a core timestamps late, which is worse than one busier worker.
+    """
+    cores = cores or len(os.sched_getaffinity(0))
+    return max(1, min(cores - 1, math.ceil(batch_size / STREAMS_PER_WORKER)))
+
+
+def slot_counts(batch_size: int, workers: int) -> list[int]:
+    """Split ``batch_size`` slots over ``workers`` as evenly as possible (sums exactly)."""
+    base, extra = divmod(batch_size, workers)
+    return [base + (1 if w < extra else 0) for w in range(workers) if base or w < extra]
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on uvloop where it is installed, else on asyncio's default loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+class Claims(Protocol):
+    """Hands out prompt indices to slots; shared by the slots of every worker."""
+
+    def claim(self) -> int | None:
+        """The next prompt index, or None when all are taken or the run was stopped."""
+        ...
+
+    def stop(self, reason: str) -> None:
+        """Stop handing out prompts."""
+        ...
+
+    def progress(self, requests: int) -> None:
+        """Count finished requests (for the progress bar)."""
+        ...
+
+
+class LocalClaims:
+    """Claims of a single-process run."""
+
+    def __init__(self, total: int, bar: tqdm | None = None) -> None:
+        self.total = total
+        self.next = 0
+        self.reason: str | None = None
+        self.bar = bar
+
+    def claim(self) -> int | None:
+        """The next prompt index, or None."""
+        if self.reason is not None or self.next >= self.total:
+            return None
+        self.next += 1
+        return self.next - 1
+
+    def stop(self, reason: str) -> None:
+        """Stop handing out prompts."""
+        self.reason = self.reason or reason
+
+    def progress(self, requests: int) -> None:
+        """Advance the progress bar."""
+        if self.bar is not None:
+            self.bar.update(requests)
+
+
+def engine_gone(record: RequestRecord) -> bool:
+    """Whether the record shows the engine refusing connections (it has exited)."""
+    return record.error_kind == "connection" and (record.error or "").startswith("cannot connect")
 
 
 async def scrape_counters(
@@ -87,48 +185,97 @@ async def scrape_counters(
     return adapter.parse_counters(resp.text)
 
 
-async def stream_one(
-    client: httpx.AsyncClient,
-    url: str,
-    body: dict[str, object],
+async def drive(
+    engine: EngineConfig,
+    spec: SpecConfig,
     adapter: EngineAdapter,
-    record: RequestRecord,
-    timeout_s: float,
-) -> None:
-    """Send one streaming request and fill ``record`` in place; never raises for request faults."""
-    record.start_s = time.perf_counter()
-    try:
-        async with client.stream("POST", url, json=body, timeout=timeout_s) as resp:
-            if resp.status_code != 200:
-                text = (await resp.aread()).decode(errors="replace")
-                record.error = f"HTTP {resp.status_code}: {_one_line(text)[:300]}"
-                return
-            async for line in resp.aiter_lines():
-                event = adapter.parse_stream_line(line)
-                if event is None:
-                    continue
-                now = time.perf_counter()
-                if event.error:
-                    record.error = event.error
-                    return
-                if event.token_ids:
-                    record.chunk_times_s.append(now)
-                    record.chunk_tokens.append(len(event.token_ids))
-                    record.output_token_ids.extend(event.token_ids)
-                if event.finish_reason:
-                    record.finish_reason = event.finish_reason
-        if record.finish_reason is None:
-            record.error = (
-                f"truncated stream: ended after {record.output_tokens} tokens with no finish reason"
+    items: Sequence[WorkItem],
+    settings: LoadSettings,
+    tokenizer: PromptTokenizer | None,
+    on_record: Callable[[RequestRecord], None] | None,
+    claims: Claims,
+    slots: int,
+    monitor: WorkerMonitor,
+) -> list[RequestRecord]:
+    """Run ``slots`` closed-loop streams over the prompts ``claims`` hands out."""
+    records: list[RequestRecord] = []
+    retry = RetryPolicy(max_retries=settings.max_429_retries)
+
+    async def slot() -> None:
+        connection = StreamConnection(engine.base_url)
+        try:
+            while (index := claims.claim()) is not None:
+                await run_item(items[index], connection)
+        finally:
+            connection.close()
+
+    async def run_item(item: WorkItem, connection: StreamConnection) -> None:
+        answers: list[str] = []
+        for turn in range(item.num_turns):
+            rec = RequestRecord(
+                request_id=f"{item.prompt_id}/t{turn}/r{settings.repeat}",
+                prompt_id=item.prompt_id,
+                category=item.category,
+                split=settings.split,
+                turn=turn,
+                config_label=spec.label,
+                method=spec.method,
+                k=spec.num_speculative_tokens,
+                batch_size=settings.batch_size,
+                repeat=settings.repeat,
             )
-    except (httpx.HTTPError, json.JSONDecodeError) as exc:
-        record.error = f"{type(exc).__name__}: {_one_line(str(exc)) or 'no detail'}"
+            if item.prompt_ids is not None:
+                ids = list(item.prompt_ids)
+            else:
+                assert tokenizer is not None
+                ids = tokenizer.encode_turn(item.user_turns[: turn + 1], answers)
+            rec.prompt_tokens = len(ids)
+            body = adapter.request_body(
+                engine,
+                ids,
+                settings.max_tokens,
+                settings.temperature,
+                settings.seed,
+                settings.ignore_eos,
+            )
+            await stream_one(
+                connection,
+                adapter.generate_path,
+                encode_body(body),
+                adapter,
+                rec,
+                settings.request_timeout_s,
+                retry,
+                monitor.delays_ns,
+            )
+            records.append(rec)
+            if on_record is not None:
+                on_record(rec)
+            claims.progress(1)
+            if engine_gone(rec):
+                claims.stop(f"engine unreachable: {rec.error}")
+            if not rec.ok:
+                claims.progress(item.num_turns - turn - 1)
+                return  # later turns need this turn's answer
+            if tokenizer is not None and turn + 1 < item.num_turns:
+                answers.append(tokenizer.answer_text(rec.output_token_ids))
+
+    stop = asyncio.Event()
+    probe = asyncio.create_task(monitor.probe(stop))
+    monitor.start()
+    # Records hold no reference cycles, so reference counting frees them; the cyclic collector
+    # would only add pauses of tens of milliseconds to chunk timestamps at high concurrency.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        await asyncio.gather(*(slot() for _ in range(slots)))
     finally:
-        record.end_s = time.perf_counter()
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
+        if collecting:
+            gc.enable()
+        monitor.stop()
+        stop.set()
+        await probe
+    return records
 
 
 async def run_load_async(
@@ -139,19 +286,10 @@ async def run_load_async(
     settings: LoadSettings,
     tokenizer: PromptTokenizer | None = None,
     on_record: Callable[[RequestRecord], None] | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
 ) -> LoadResult:
-    """Drive ``items`` at ``settings.batch_size`` concurrent streams against a healthy engine.
-
-    ``transport`` replaces the network (fault-injection tests); by default requests go over TCP.
-    """
+    """Drive ``items`` at ``settings.batch_size`` concurrent streams from this process."""
     if any(it.prompt_ids is None for it in items) and tokenizer is None:
         raise ValueError("text prompts need a tokenizer")
-    url = engine.base_url + adapter.generate_path
-    queue: asyncio.Queue[WorkItem] = asyncio.Queue()
-    for it in items:
-        queue.put_nowait(it)
-    records: list[RequestRecord] = []
     total = sum(it.num_turns for it in items)
     bar = tqdm(
         total=total,
@@ -159,70 +297,58 @@ async def run_load_async(
         unit="req",
         disable=not settings.show_progress,
     )
-    limits = httpx.Limits(
-        max_connections=settings.batch_size + 2, max_keepalive_connections=settings.batch_size + 2
-    )
-
-    async def worker(client: httpx.AsyncClient) -> None:
-        while True:
-            try:
-                item = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
-            answers: list[str] = []
-            for turn in range(item.num_turns):
-                rec = RequestRecord(
-                    request_id=f"{item.prompt_id}/t{turn}/r{settings.repeat}",
-                    prompt_id=item.prompt_id,
-                    category=item.category,
-                    split=settings.split,
-                    turn=turn,
-                    config_label=spec.label,
-                    method=spec.method,
-                    k=spec.num_speculative_tokens,
-                    batch_size=settings.batch_size,
-                    repeat=settings.repeat,
-                )
-                if item.prompt_ids is not None:
-                    ids = list(item.prompt_ids)
-                else:
-                    assert tokenizer is not None
-                    ids = tokenizer.encode_turn(item.user_turns[: turn + 1], answers)
-                rec.prompt_tokens = len(ids)
-                body = adapter.request_body(
-                    engine,
-                    ids,
-                    settings.max_tokens,
-                    settings.temperature,
-                    settings.seed,
-                    settings.ignore_eos,
-                )
-                await stream_one(client, url, body, adapter, rec, settings.request_timeout_s)
-                records.append(rec)
-                if on_record is not None:
-                    on_record(rec)
-                bar.update(1)
-                if not rec.ok:
-                    bar.update(item.num_turns - turn - 1)
-                    break  # later turns need this turn's answer
-                if tokenizer is not None and turn + 1 < item.num_turns:
-                    answers.append(tokenizer.answer_text(rec.output_token_ids))
-
-    async with httpx.AsyncClient(
-        limits=limits, timeout=settings.request_timeout_s, transport=transport
-    ) as client:
+    claims = LocalClaims(len(items), bar)
+    monitor = WorkerMonitor()
+    async with httpx.AsyncClient(timeout=30.0) as client:
         before = await scrape_counters(client, engine.base_url, adapter)
-        t0 = time.perf_counter()
         try:
-            await asyncio.gather(*(worker(client) for _ in range(settings.batch_size)))
+            records = await drive(
+                engine,
+                spec,
+                adapter,
+                items,
+                settings,
+                tokenizer,
+                on_record,
+                claims,
+                settings.batch_size,
+                monitor,
+            )
         finally:
             bar.close()
-        duration = time.perf_counter() - t0
         after = await scrape_counters(client, engine.base_url, adapter)
     delta = after - before if before is not None and after is not None else None
-    return LoadResult(records, delta, duration)
+    extras: dict[str, object] = {"client": client_report([monitor])}
+    if claims.reason:
+        extras["aborted"] = claims.reason
+    return LoadResult(records, delta, monitor.wall_s, extras)
 
 
-def run_load(*args: object, **kwargs: object) -> LoadResult:
-    """Synchronous wrapper of :func:`run_load_async`."""
-    return asyncio.run(run_load_async(*args, **kwargs))  # type: ignore[arg-type]
+def run_load(
+    engine: EngineConfig,
+    spec: SpecConfig,
+    adapter: EngineAdapter,
+    items: Sequence[WorkItem],
+    settings: LoadSettings,
+    tokenizer: PromptTokenizer | None = None,
+    on_record: Callable[[RequestRecord], None] | None = None,
+    parts_dir: Path | None = None,
+) -> LoadResult:
+    """Drive one load level, in this process or in worker processes (``settings.workers``).
+
+    ``parts_dir`` keeps the workers' own record files (a temporary folder if None); a
+    single-process run writes through ``on_record`` only.
+    """
+    if settings.batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {settings.batch_size}")
+    workers = settings.workers or auto_workers(settings.batch_size)
+    workers = min(workers, settings.batch_size)
+    if workers == 1:
+        return run_async(
+            run_load_async(engine, spec, adapter, items, settings, tokenizer, on_record)
+        )
+    from speedbench.client.multiproc import run_multiprocess
+
+    return run_multiprocess(
+        engine, spec, adapter, items, settings, tokenizer, on_record, workers, parts_dir
+    )

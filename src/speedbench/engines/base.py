@@ -25,7 +25,7 @@ class UnsupportedSpecError(EngineError):
     """The engine does not implement the requested speculative-decoding method."""
 
 
-@dataclass
+@dataclass(slots=True)
 class StreamEvent:
     """One parsed streaming chunk.
 
@@ -34,12 +34,19 @@ class StreamEvent:
         finish_reason: Set on the chunk that ends the request.
         error: An error the engine reported inside the stream.
         extra: Engine-specific fields worth keeping (e.g. per-request acceptance info).
+        sent_ns: When the server sent the chunk (CLOCK_MONOTONIC ns), from servers that say so:
+            the synthetic calibration server does, engines do not.
     """
 
     token_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    sent_ns: int | None = None
+
+
+class MalformedChunk(ValueError):
+    """A streamed chunk that is not in the engine's format."""
 
 
 @runtime_checkable
@@ -67,8 +74,12 @@ class EngineAdapter(Protocol):
         """JSON body of one streaming generation request from token IDs."""
         ...
 
-    def parse_stream_line(self, line: str) -> StreamEvent | None:
-        """Parse one line of the streamed response; None for keep-alives and the end marker."""
+    def parse_event(self, payload: bytes) -> StreamEvent | None:
+        """Parse the payload of one SSE ``data:`` line; None for the end marker.
+
+        Raises:
+            MalformedChunk: The payload is not in the engine's format.
+        """
         ...
 
     def parse_counters(self, metrics_text: str) -> SpecCounters:

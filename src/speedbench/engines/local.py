@@ -22,6 +22,7 @@ import httpx
 
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineAdapter, EngineError, get_engine
+from speedbench.secrets import redact_args
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_ENGINE_PYTHON = REPO_ROOT / ".venv-engine" / "bin" / "python"
@@ -152,7 +153,7 @@ def launch_local(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **engine.env}
     with log_path.open("wb") as log:
-        log.write(("$ " + " ".join(cmd) + "\n").encode())
+        log.write(("$ " + " ".join(redact_args(cmd)) + "\n").encode())
         log.flush()
         process = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True

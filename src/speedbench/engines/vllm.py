@@ -13,10 +13,16 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
 from speedbench.config import EngineConfig, SpecConfig
-from speedbench.engines.base import StreamEvent, UnsupportedSpecError, register_engine
+from speedbench.engines.base import (
+    MalformedChunk,
+    StreamEvent,
+    UnsupportedSpecError,
+    register_engine,
+)
 from speedbench.metrics.acceptance import SpecCounters
 
 # speedbench method -> vLLM SpeculativeConfig.method
@@ -112,15 +118,16 @@ class VLLMAdapter:
             body["seed"] = seed
         return body
 
-    def parse_stream_line(self, line: str) -> StreamEvent | None:
-        """Parse one SSE line (``data: {...}``) of a /v1/completions stream."""
-        line = line.strip()
-        if not line or not line.startswith("data:"):
+    def parse_event(self, payload: bytes) -> StreamEvent | None:
+        """Parse one ``data:`` payload of a /v1/completions stream."""
+        if payload == b"[DONE]":
             return None
-        payload = line[5:].strip()
-        if payload == "[DONE]":
-            return None
-        data = json.loads(payload)
+        try:
+            data = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            raise MalformedChunk(f"chunk is not JSON: {payload[:80]!r}") from None
+        if not isinstance(data, dict):
+            raise MalformedChunk(f"chunk is not a JSON object: {payload[:80]!r}")
         if "error" in data and not data.get("choices"):
             err = data["error"]
             msg = err.get("message", err) if isinstance(err, dict) else err
@@ -130,8 +137,9 @@ class VLLMAdapter:
             return StreamEvent()
         choice = choices[0]
         return StreamEvent(
-            token_ids=list(choice.get("token_ids") or []),
+            token_ids=choice.get("token_ids") or [],
             finish_reason=choice.get("finish_reason"),
+            sent_ns=data.get("sent_ns"),
         )
 
     def parse_counters(self, metrics_text: str) -> SpecCounters:

@@ -64,7 +64,13 @@ class Distribution:
 
     def as_dict(self) -> dict[str, float]:
         """Plain-JSON form."""
-        return {"mean": self.mean, "p50": self.p50, "p90": self.p90, "p99": self.p99}
+        return {
+            "mean": self.mean,
+            "p50": self.p50,
+            "p90": self.p90,
+            "p99": self.p99,
+            "count": self.count,
+        }
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ Two acceptance views are reported side by side because they answer different que
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 import numpy as np
@@ -65,6 +65,9 @@ def summarize_level(
 ) -> dict[str, object]:
     """Everything about one load level, overall and per category."""
     overall: dict[str, object] = {"load": summarize_load(records).as_dict()}
+    overall["errors_by_kind"] = dict(
+        sorted(Counter(r.error_kind or "unknown" for r in records if not r.ok).items())
+    )
     if k > 0:
         overall["acceptance_stream"] = stream_acceptance(records, k)
         if counters is not None and counters.num_drafts > 0:

@@ -54,3 +54,32 @@ def tiny_pair(tmp_path_factory: pytest.TempPathFactory, qwen_small: Path) -> tup
     AutoTokenizer.from_pretrained(qwen_small).save_pretrained(target)
     shutil.copytree(target, draft)
     return target, draft
+
+
+@pytest.fixture(scope="session")
+def harness(tmp_path_factory):
+    """Prefect's test harness (a temporary API server and database) for in-process flows."""
+    import os
+
+    # A private Prefect home, and no telemetry writes racing the harness's first migration.
+    os.environ["PREFECT_HOME"] = str(tmp_path_factory.mktemp("prefect-home"))
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
+
+
+def engine_pids(port: int) -> list[int]:
+    """Processes of a local engine server listening on ``port`` (from their command lines)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"--port" in cmd and str(port).encode() in cmd and any(b"vllm" in c for c in cmd):
+            pids.append(int(proc.name))
+    return pids

@@ -18,19 +18,6 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def harness(tmp_path_factory):
-    import os
-
-    # A private Prefect home, and no telemetry writes racing the harness's first migration.
-    os.environ["PREFECT_HOME"] = str(tmp_path_factory.mktemp("prefect-home"))
-    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=180):
-        yield
-
-
-@pytest.fixture(scope="module")
 def swept(harness, qwen_small, tmp_path_factory):
     from flows.sweep import sweep
 

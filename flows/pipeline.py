@@ -14,6 +14,7 @@ from pathlib import Path
 
 from speedbench.config import ConfigError, load_params
 from speedbench.data.prompts import PromptSetError
+from speedbench.engines.base import EngineError
 from speedbench.pipeline import STAGES, stage_sweep, write_stage_metrics
 
 
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         summary = sweep(config)
-    except (ConfigError, PromptSetError) as exc:
+    except (ConfigError, PromptSetError, EngineError) as exc:
         print(f"speedbench: error: {exc}", file=sys.stderr)
         return 2
     for path in write_stage_metrics(summary, Path(args.metrics) / config.name):

@@ -19,7 +19,7 @@ from prefect.cache_policies import NO_CACHE
 from speedbench.client.loadgen import WorkItem
 from speedbench.config import EngineConfig, SpecConfig, SweepConfig
 from speedbench.engines.base import EngineError
-from speedbench.engines.local import log_tail
+from speedbench.engines.local import check_available, log_tail
 from speedbench.measure import LevelResult, load_level, validate_items
 from speedbench.sweep import (
     config_hash,
@@ -188,6 +188,7 @@ def sweep(config: SweepConfig = EMBEDDED_SWEEP) -> dict[str, Any]:
     items = prepare_prompts(config, tokenizer)
     draft = provision_model(config.draft_model, config.dtype) if config.draft_model else None
     engine = engine_config(config, target)
+    check_available(engine)
     tracker = Tracker(config.tracking_uri, config.experiment)
     state = SweepState(
         config=config,
@@ -248,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.force:
             config = config.model_copy(update={"force": True})
         summary = sweep(config)
-    except (ConfigError, PromptSetError) as exc:
+    except (ConfigError, PromptSetError, EngineError) as exc:
         print(f"speedbench: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -242,7 +242,7 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 def format_validation_error(model: type[BaseModel], exc: ValidationError) -> str:
     """Render the first error of ``exc`` as one line: ``Model.field: problem (got X)``."""
     err = exc.errors(include_url=False)[0]
-    loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+    loc = ".".join(str(p) for p in err["loc"])
     msg = err["msg"].replace("\n", " ")
     if err["type"] == "literal_error":
         allowed = err.get("ctx", {}).get("expected", "")
@@ -258,7 +258,8 @@ def format_validation_error(model: type[BaseModel], exc: ValidationError) -> str
         msg = msg.removeprefix("Value error, ")
     more = len(exc.errors()) - 1
     suffix = f" (+{more} more error{'s' if more > 1 else ''})" if more else ""
-    return f"{model.__name__}.{loc}: {msg}{suffix}"
+    where = f"{model.__name__}.{loc}" if loc else model.__name__
+    return f"{where}: {msg}{suffix}"
 
 
 def load_config(model: type[ModelT], data: Any) -> ModelT:

@@ -78,7 +78,7 @@ def test_real_engine_faults_are_recorded_with_their_kind(tiny_runs):
     assert oov.error_kind == "engine_error"
     assert oov.error == "engine error in stream: Token id 1000000 is out of vocabulary"
     assert records["slow"].error_kind == "timeout"
-    assert records["slow"].error.startswith("timeout: no finish within 0.5 s")
+    assert records["slow"].error.startswith("request timed out: no finish within 0.5 s")
 
 
 def test_every_request_succeeded(tiny_runs):

@@ -45,7 +45,7 @@ def faulty(fault_server):
         ("p6", "engine_error", "engine error in stream: engine overloaded"),
         ("p7", "bad_payload", 'chunk is not JSON: b\'{"choices": [{"token_ids": [1, 2\''),
         ("p8", "rate_limited", "HTTP 429: slow down (after 6 attempts)"),
-        ("p9", "timeout", "timeout: no finish within 2 s (0 tokens received)"),
+        ("p9", "timeout", "request timed out: no finish within 2 s (0 tokens received)"),
         ("oov", "http_4xx", "HTTP 400: Token id 151936 is out of vocabulary"),
     ],
 )

@@ -99,3 +99,19 @@ def test_no_record_is_lost_when_a_worker_dies(paced_server, tmp_path):
     assert finished_by_dead_worker >= 3
     assert sum(r.ok for r in result.records) == 40 - len(died)
     assert result.extras["client_died"] == ["worker 1 exit code -9"]
+
+
+def test_client_report_merges_workers_and_warns_exactly():
+    from speedbench.client.selfmeasure import WorkerMonitor, client_report
+
+    busy = WorkerMonitor(lag_ns=[1_000_000] * 99 + [9_000_000], cpu_s=0.95, wall_s=1.0)
+    idle = WorkerMonitor(lag_ns=[0] * 100, delays_ns=[2_000_000, 4_000_000], cpu_s=0.2, wall_s=1.0)
+    report = client_report([busy, idle])
+    assert report["workers"] == 2
+    assert report["cpu_fraction"] == [0.95, 0.2]
+    assert report["loop_lag"]["count"] == 200 and report["loop_lag"]["max_ms"] == 9.0
+    assert report["chunk_delay"] == {"count": 2, "p50_ms": 3.0, "p99_ms": 3.98, "max_ms": 4.0}
+    assert report["warning"] == (
+        "the client may have limited this result: a client worker used 95% of a core (add workers)"
+    )
+    assert "warning" not in client_report([idle])

@@ -127,13 +127,16 @@ async def stream_one(
         except TimeoutError:
             record.fail(
                 "timeout",
-                f"timeout: no finish within {timeout_s:g} s "
+                f"request timed out: no finish within {timeout_s:g} s "
                 f"({record.output_tokens} tokens received)",
             )
             break
         except ConnectionFailed as exc:
             if record.error is None:
-                record.fail("connection", f"{exc} after {record.output_tokens} tokens")
+                after = (
+                    "" if str(exc).startswith("cannot") else f" after {record.output_tokens} tokens"
+                )
+                record.fail("connection", f"{exc}{after}")
             break
         if response.status == 429 and attempt <= retry.max_retries:
             await asyncio.sleep(retry.wait_s(attempt, response.headers.get("retry-after")))

@@ -65,6 +65,21 @@ def engine_python(engine: EngineConfig) -> str:
     return python
 
 
+def check_available(engine: EngineConfig) -> None:
+    """Before any launch: the engine's interpreter exists and its port is free (local launcher)."""
+    if engine.launcher != "local":
+        return
+    engine_python(engine)
+    with socket.socket() as sock:
+        try:
+            sock.bind((engine.host, engine.port))
+        except OSError:
+            raise EngineError(
+                f"port {engine.port} on {engine.host} is in use; stop what holds it "
+                "or set another port"
+            ) from None
+
+
 @dataclass
 class RunningEngine:
     """A started, healthy engine."""

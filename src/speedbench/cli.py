@@ -208,7 +208,10 @@ def _measure(args: argparse.Namespace) -> None:
     rows = select_prompts(rows, args.categories, args.per_category, args.limit)
     tokenizer = PromptTokenizer.from_pretrained(target)
     settings = LoadSettings(
-        max_tokens=args.max_tokens, temperature=args.temperature, split=args.split
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        split=args.split,
+        workers=args.workers,
     )
     summary = measure(
         engine,
@@ -329,9 +332,25 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--dtype", default="auto", choices=DTYPES, help=DTYPE_HELP)
     m.add_argument("--port", type=int, default=8000)
     m.add_argument("--url", default=None, help="use a running server instead of launching one")
+    m.add_argument("--workers", type=int, default=0, help="client processes (0: automatic)")
     m.add_argument("--out", default="results/measure")
     m.set_defaults(func=_measure)
+
+    ss = sub.add_parser(
+        "synthetic-server",
+        help="serve SD-like token-ID streams to calibrate a client (never an engine in a result)",
+        add_help=False,
+    )
+    ss.add_argument("options", nargs=argparse.REMAINDER, help="see --help")
+    ss.set_defaults(func=_synthetic_server)
     return p
+
+
+def _synthetic_server(args: argparse.Namespace) -> None:
+    from speedbench import synthetic
+
+    options, host, port = synthetic.parse_args(args.options)
+    synthetic.run(options, host, port)
 
 
 def main(argv: list[str] | None = None) -> int:

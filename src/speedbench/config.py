@@ -182,6 +182,15 @@ class SweepConfig(StrictModel):
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature.")
     repeats: int = Field(default=1, ge=1, le=100, description="Repeats of every configuration.")
     seed: int = Field(default=0, description="Seed for sampling and prompt order.")
+    client_workers: int = Field(
+        default=0,
+        ge=0,
+        le=64,
+        description="Load-generator processes; 0 picks one per 256 streams, leaving a core free.",
+    )
+    request_timeout_s: float = Field(
+        default=1800.0, gt=0, description="Limit on one request, first byte to finish."
+    )
     engine: EngineKind = Field(default="vllm", description="Inference engine.")
     launcher: LauncherKind = Field(
         default="local", description="local process, docker container, or an external server."

@@ -97,7 +97,13 @@ def engine_config(sweep: SweepConfig, target: str) -> EngineConfig:
 
 def load_settings(sweep: SweepConfig) -> LoadSettings:
     """Load settings shared by every level of the sweep."""
-    return LoadSettings(max_tokens=sweep.output_len, temperature=sweep.temperature, seed=sweep.seed)
+    return LoadSettings(
+        max_tokens=sweep.output_len,
+        temperature=sweep.temperature,
+        seed=sweep.seed,
+        workers=sweep.client_workers,
+        request_timeout_s=sweep.request_timeout_s,
+    )
 
 
 def config_identity(

@@ -83,3 +83,18 @@ def engine_pids(port: int) -> list[int]:
         if b"--port" in cmd and str(port).encode() in cmd and any(b"vllm" in c for c in cmd):
             pids.append(int(proc.name))
     return pids
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes in process group ``pgid`` (zombies excluded)."""
+    members = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(proc.name))
+    return members

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
-from tests.integration.conftest import engine_pids
+from tests.integration.conftest import engine_pids, group_members
 
 from speedbench.config import SweepConfig
 from speedbench.engines.local import free_port
@@ -103,7 +103,7 @@ def test_the_killed_configuration_is_failed_with_its_partial_records(crashed):
 
 
 def test_the_next_configuration_still_runs(crashed):
-    summary, client, _, port, _ = crashed
+    summary, client, _, _, _ = crashed
     parents, children = config_runs(client, "crash")
     (ngram_run,) = [r for r in children if r.data.params["spec.method"] == "ngram"]
     assert ngram_run.info.status == "FINISHED"
@@ -112,7 +112,13 @@ def test_the_next_configuration_still_runs(crashed):
     assert [lv["config"] for lv in summary["levels"]] == ["ngram-k3"]
     (parent,) = parents
     assert parent.info.status == "FAILED"  # a sweep with a failed configuration is not FINISHED
+
+
+def test_nothing_of_the_killed_engine_is_left_running(crashed):
+    _, _, _, port, killed = crashed
+    # Only the API server was killed; its engine-core child must not outlive the teardown.
     assert engine_pids(port) == []
+    assert [group_members(pid) for pid in killed] == [[] for _ in killed]
 
 
 def test_ctrl_c_then_resume_runs_each_configuration_once(tiny_pair, tmp_path):

@@ -139,8 +139,14 @@ def warm_up(running: RunningEngine, prompt_ids: list[int] | None = None) -> None
 
 
 def terminate(process: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
-    """SIGTERM the process group, then SIGKILL whatever is left after ``grace_s``."""
+    """SIGTERM the process group, then SIGKILL whatever is left after ``grace_s``.
+
+    The group is signalled even when the leader has already exited: vLLM's engine core runs as
+    a child process, and when the API server dies it stays behind holding the model's memory.
+    """
     if process.poll() is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
         return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGTERM)
@@ -150,6 +156,9 @@ def terminate(process: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=10)
+    # Children that outlived the leader's clean exit.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
 
 
 @contextlib.contextmanager

@@ -117,7 +117,21 @@ class EngineConfig(StrictModel):
     python: str | None = Field(
         default=None, description="local only: interpreter of the engine's environment."
     )
-    image: str | None = Field(default=None, description="docker only: image to run.")
+    image: str | None = Field(
+        default=None, description="docker only: image to run (default: the engine's spec)."
+    )
+    docker_host: str | None = Field(
+        default=None,
+        description="docker only: daemon to use, e.g. ssh://user@gpu-host (default: DOCKER_HOST "
+        "or the local socket).",
+    )
+    gpus: str | None = Field(
+        default=None,
+        pattern=r"^(all|[1-9][0-9]*|device=[0-9A-Za-z-]+(,[0-9A-Za-z-]+)*)$",
+        description="docker only: 'all', a count ('2') or 'device=0,1' (ids or UUIDs), as in "
+        "`docker run --gpus`; unset on a CPU host.",
+    )
+    shm_size: str = Field(default="2g", description="docker only: /dev/shm size of the container.")
     extra_args: list[str] = Field(default_factory=list, description="Extra engine CLI arguments.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra engine environment.")
     startup_timeout_s: float = Field(default=900.0, gt=0, description="Health wait limit.")

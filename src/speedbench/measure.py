@@ -75,11 +75,14 @@ def engine_session(
     if engine.launcher == "local":
         with launch_local(engine, spec, log_path) as running:
             yield running
-    elif engine.launcher == "external":
-        with attach_external(engine, spec) as running:
+    elif engine.launcher == "docker":
+        from speedbench.engines.docker import launch_docker
+
+        with launch_docker(engine, spec, log_path) as running:
             yield running
     else:
-        raise NotImplementedError(f"launcher {engine.launcher!r} is not available in this build")
+        with attach_external(engine, spec) as running:
+            yield running
 
 
 class OpenEngine:
@@ -104,10 +107,10 @@ class OpenEngine:
 
 def check_alive(running: RunningEngine, when: str) -> None:
     """Raise EngineError (quoting the log tail) if a local engine process has exited."""
-    proc = running.process
-    if proc is not None and proc.poll() is not None:
+    code = running.exit_code()
+    if code is not None:
         tail = log_tail(running.log_path)
-        raise EngineError(f"engine exited with code {proc.returncode} {when}: {tail}")
+        raise EngineError(f"engine exited with code {code} {when}: {tail}")
 
 
 @dataclass

@@ -201,7 +201,19 @@ def convert_gguf(gguf: Path, out_dir: Path, dtype: str, sha256: str) -> Path:
     tok.save_pretrained(str(out_dir))
     marker = out_dir / PROVENANCE
     marker.write_text(json.dumps({"gguf": gguf.name, "dtype": dtype, "sha256": sha256}))
+    make_world_readable(out_dir)
     return out_dir
+
+
+def make_world_readable(directory: Path) -> None:
+    """Let any user read the model files.
+
+    safetensors writes its file with mode 0600; an engine in a container runs as an
+    unprivileged user of its own and must still read the mounted weights.
+    """
+    for path in directory.iterdir():
+        if path.is_file() and path.stat().st_mode & 0o044 != 0o044:
+            path.chmod(path.stat().st_mode | 0o044)
 
 
 def provision(name: str, cache: Path = DEFAULT_CACHE, dtype: str = "float32") -> Path:
@@ -212,6 +224,7 @@ def provision(name: str, cache: Path = DEFAULT_CACHE, dtype: str = "float32") ->
     if marker.exists():
         done = json.loads(marker.read_text())
         if done.get("dtype") == dtype and done.get("sha256") == model.sha256:
+            make_world_readable(out_dir)
             return out_dir
     return convert_gguf(fetch_gguf(name, cache), out_dir, dtype, model.sha256)
 

@@ -40,6 +40,8 @@ class RequestRecord:
 
     Times are seconds on one monotonic clock (``time.perf_counter``) shared by a whole run, so
     records of concurrent requests are comparable; they are not wall-clock dates.
+    ``engine_steps`` is the number of verification steps the engine itself reports for the
+    request (SGLang's ``spec_verify_ct``), where it reports one.
     """
 
     request_id: str
@@ -62,6 +64,7 @@ class RequestRecord:
     error: str | None = None
     error_kind: str | None = None
     attempts: int = 1
+    engine_steps: int | None = None
 
     def fail(self, kind: str, message: str) -> None:
         """Mark the request failed with one of :data:`ERROR_KINDS` and a one-line message."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from speedbench.models import provision
+from speedbench.models import make_world_readable, provision
 
 QWEN_SMALL = "qwen2.5-coder-0.5b-instruct"
 
@@ -52,6 +52,7 @@ def tiny_pair(tmp_path_factory: pytest.TempPathFactory, qwen_small: Path) -> tup
     model = Qwen2ForCausalLM(config).to(torch.float32)
     model.save_pretrained(target)
     AutoTokenizer.from_pretrained(qwen_small).save_pretrained(target)
+    make_world_readable(target)  # engines in containers run as another user
     shutil.copytree(target, draft)
     return target, draft
 

@@ -185,6 +185,17 @@ async def scrape_counters(
     return adapter.parse_counters(resp.text)
 
 
+def counter_delta(
+    adapter: EngineAdapter, before: SpecCounters | None, after: SpecCounters | None
+) -> SpecCounters | None:
+    """The engine's SD counters over a run (engines that reset on read report it directly)."""
+    if after is None:
+        return None
+    if getattr(adapter, "counters_reset_on_read", False):
+        return after
+    return after - before if before is not None else None
+
+
 async def drive(
     engine: EngineConfig,
     spec: SpecConfig,
@@ -317,7 +328,7 @@ async def run_load_async(
         finally:
             bar.close()
         after = await scrape_counters(client, engine.base_url, adapter)
-    delta = after - before if before is not None and after is not None else None
+    delta = counter_delta(adapter, before, after)
     extras: dict[str, object] = {"client": client_report([monitor])}
     if claims.reason:
         extras["aborted"] = claims.reason

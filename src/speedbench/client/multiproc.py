@@ -34,6 +34,7 @@ from speedbench.client.loadgen import (
     LoadResult,
     LoadSettings,
     WorkItem,
+    counter_delta,
     drive,
     engine_gone,
     run_async,
@@ -240,5 +241,5 @@ def run_multiprocess(
     if on_record is not None:
         for rec in records:
             on_record(rec)
-    delta = after - before if before is not None and after is not None else None
+    delta = counter_delta(adapter, before, after)
     return LoadResult(records, delta, duration, extras)

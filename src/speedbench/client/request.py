@@ -106,10 +106,16 @@ async def stream_one(
         if event.error:
             record.fail("engine_error", event.error)
             return
-        if event.token_ids:
+        ids = event.token_ids
+        if event.total_tokens is not None:
+            new = event.total_tokens - len(record.output_token_ids)
+            ids = ids[-new:] if new > 0 else []
+        if "verify_steps" in event.extra:
+            record.engine_steps = event.extra["verify_steps"]
+        if ids:
             record.chunk_times_s.append(now_ns / 1e9)
-            record.chunk_tokens.append(len(event.token_ids))
-            record.output_token_ids.extend(event.token_ids)
+            record.chunk_tokens.append(len(ids))
+            record.output_token_ids.extend(ids)
             if delays_ns is not None and event.sent_ns:
                 delays_ns.append(now_ns - event.sent_ns)
         if event.finish_reason:

@@ -1,6 +1,6 @@
 """Engine adapters (one module per engine, registered by import) and launchers."""
 
-from speedbench.engines import vllm  # noqa: F401  (registers the adapter)
+from speedbench.engines import sglang, trtllm, vllm  # noqa: F401  (register the adapters)
 from speedbench.engines.base import (
     ENGINES,
     EngineAdapter,

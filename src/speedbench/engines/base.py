@@ -36,6 +36,8 @@ class StreamEvent:
         extra: Engine-specific fields worth keeping (e.g. per-request acceptance info).
         sent_ns: When the server sent the chunk (CLOCK_MONOTONIC ns), from servers that say so:
             the synthetic calibration server does, engines do not.
+        total_tokens: Output tokens so far, for engines whose chunks may repeat earlier ids
+            (SGLang without incremental streaming); the new ids are the last ones.
     """
 
     token_ids: list[int] = field(default_factory=list)
@@ -43,6 +45,7 @@ class StreamEvent:
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     sent_ns: int | None = None
+    total_tokens: int | None = None
 
 
 class MalformedChunk(ValueError):

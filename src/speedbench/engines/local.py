@@ -14,7 +14,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,10 +66,28 @@ def engine_python(engine: EngineConfig) -> str:
 
 
 def check_available(engine: EngineConfig) -> None:
-    """Before any launch: the engine's interpreter exists and its port is free (local launcher)."""
-    if engine.launcher != "local":
+    """Before any launch: the engine's interpreter or image exists and its port is free."""
+    if engine.launcher == "external":
         return
-    engine_python(engine)
+    if engine.launcher == "local":
+        engine_python(engine)
+    else:
+        from speedbench.engines.containers import container_spec
+        from speedbench.engines.docker import docker_client
+
+        image = engine.image or container_spec(engine.kind).image
+        client = docker_client(engine)
+        try:
+            client.images.get(image)
+        except Exception:
+            raise EngineError(
+                f"image {image} is not on the Docker host; pull it there "
+                "(or run containers/build.sh for speedbench/vllm-cpu)"
+            ) from None
+        finally:
+            client.close()
+        if engine.docker_host and not engine.docker_host.startswith("unix://"):
+            return  # the port is on the remote host
     with socket.socket() as sock:
         try:
             sock.bind((engine.host, engine.port))
@@ -89,11 +107,20 @@ class RunningEngine:
     adapter: EngineAdapter
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
+    poll: Callable[[], int | None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.poll is None and self.process is not None:
+            self.poll = self.process.poll
 
     @property
     def base_url(self) -> str:
         """HTTP root of the server."""
         return self.engine.base_url
+
+    def exit_code(self) -> int | None:
+        """The engine's exit code if it has stopped; None while it runs (or if unknown)."""
+        return self.poll() if self.poll is not None else None
 
 
 def wait_healthy(
@@ -102,16 +129,18 @@ def wait_healthy(
     timeout_s: float,
     process: subprocess.Popen[bytes] | None,
     log_path: Path | None,
+    poll: Callable[[], int | None] | None = None,
 ) -> None:
-    """Poll the health endpoint until 200; raise EngineError on exit of ``process`` or timeout."""
+    """Poll the health endpoint until 200; raise EngineError if the engine exits or times out."""
     deadline = time.monotonic() + timeout_s
+    poll = poll or (process.poll if process is not None else None)
     with httpx.Client(timeout=5.0) as client:
         while True:
-            if process is not None and process.poll() is not None:
+            code = poll() if poll is not None else None
+            if code is not None:
+                time.sleep(0.5)  # let the last log lines land
                 tail = log_tail(log_path) if log_path else ""
-                raise EngineError(
-                    f"engine exited with code {process.returncode} before healthy: {tail}"
-                )
+                raise EngineError(f"engine exited with code {code} before healthy: {tail}")
             try:
                 if client.get(base_url + health_path).status_code == 200:
                     return

@@ -65,6 +65,7 @@ class VLLMAdapter:
     health_path = "/health"
     metrics_path = "/metrics"
     generate_path = "/v1/completions"
+    counters_reset_on_read = False
     served_model_name = "target"
 
     def server_args(self, engine: EngineConfig, spec: SpecConfig) -> list[str]:

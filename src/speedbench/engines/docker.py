@@ -1,0 +1,217 @@
+"""Docker launcher: run an engine's server in a container, here or on a GPU host.
+
+Given an ``EngineConfig`` (``launcher: docker``) and a ``SpecConfig``, the launcher connects to a
+Docker daemon (``engine.docker_host``, else ``DOCKER_HOST``, else the local socket; ``ssh://``
+reaches a remote GPU host), creates the engine's container and waits for its health endpoint.
+
+- **Command**: the container spec's entrypoint plus the adapter's server arguments, with the
+  model paths as the container sees them (local model directories are mounted read-only at
+  ``/models/target`` and ``/models/draft``; hub ids are passed through).
+- **GPUs**: ``engine.gpus`` becomes a device request in the create call (``all``, a count, or
+  ``device=0,1``). A host without the NVIDIA runtime refuses it with a one-line error.
+- **Isolation**: the container runs as the image's unprivileged user with all capabilities
+  dropped and no privilege escalation; its port is published on ``engine.host`` (127.0.0.1
+  unless the user chooses an address).
+- **Secrets**: ``engine.env`` (e.g. ``HF_TOKEN``) goes into the container's environment only; it
+  is never logged, and the logged command line is redacted.
+- **Logs** stream to the log file while the container runs.
+- **Teardown**: the container is removed (killed first) on success, on error and on Ctrl-C;
+  every container carries the ``speedbench`` label, so leftovers of a killed client can be
+  found with ``docker ps -a --filter label=speedbench``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from speedbench.config import EngineConfig, SpecConfig
+from speedbench.engines.base import EngineError, get_engine
+from speedbench.engines.containers import container_spec
+from speedbench.engines.local import RunningEngine, wait_healthy, warm_up
+from speedbench.secrets import redact_args
+
+LABEL = "speedbench"
+TARGET_MOUNT = "/models/target"
+DRAFT_MOUNT = "/models/draft"
+FILES_MOUNT = "/speedbench"
+
+
+def docker_client(engine: EngineConfig) -> Any:
+    """A client of the engine's Docker daemon, with a one-line error when there is none."""
+    import docker
+
+    try:
+        if engine.docker_host:
+            client = docker.DockerClient(base_url=engine.docker_host, timeout=120)
+        else:
+            client = docker.from_env(timeout=120)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        where = engine.docker_host or os.environ.get("DOCKER_HOST") or "the local socket"
+        raise EngineError(f"no Docker daemon at {where}: {exc}") from None
+    return client
+
+
+def device_requests(gpus: str | None) -> list[Any]:
+    """Docker device requests for ``gpus`` (``all``, a count, or ``device=ID[,ID]``)."""
+    if not gpus:
+        return []
+    from docker.types import DeviceRequest
+
+    if gpus == "all":
+        return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    if gpus.startswith("device="):
+        ids = gpus.removeprefix("device=").split(",")
+        return [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
+    return [DeviceRequest(count=int(gpus), capabilities=[["gpu"]])]
+
+
+def _mounted(path: str | None, mount: str, volumes: dict[str, dict[str, str]]) -> str | None:
+    """``path`` as the container sees it: a local directory is mounted read-only."""
+    if path and Path(path).is_dir():
+        volumes[str(Path(path).resolve())] = {"bind": mount, "mode": "ro"}
+        return mount
+    return path
+
+
+def container_options(
+    engine: EngineConfig, spec: SpecConfig, files_dir: Path | None = None
+) -> dict[str, Any]:
+    """Everything of the ``containers.create`` call for this engine and SD configuration."""
+    adapter = get_engine(engine.kind)
+    image_spec = container_spec(engine.kind)
+    volumes: dict[str, dict[str, str]] = {}
+    inside = engine.model_copy(
+        update={
+            "model": _mounted(engine.model, TARGET_MOUNT, volumes),
+            "tokenizer": None,
+            "host": "0.0.0.0",  # inside the container; the published port picks the address
+            "port": image_spec.port,
+        }
+    )
+    inside_spec = spec.model_copy(
+        update={"draft_model": _mounted(spec.draft_model, DRAFT_MOUNT, volumes)}
+    )
+    if files_dir is not None:
+        volumes[str(files_dir.resolve())] = {"bind": FILES_MOUNT, "mode": "ro"}
+    command = adapter.server_args(inside, inside_spec)
+    return {
+        "image": engine.image or image_spec.image,
+        "entrypoint": list(image_spec.entrypoint),
+        "command": command,
+        "environment": dict(engine.env),
+        "ports": {f"{image_spec.port}/tcp": (engine.host, engine.port)},
+        "volumes": volumes,
+        "device_requests": device_requests(engine.gpus),
+        "shm_size": engine.shm_size,
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "labels": {LABEL: "1", f"{LABEL}.config": spec.label},
+        "name": f"{LABEL}-{engine.kind}-{spec.label}-{uuid.uuid4().hex[:8]}",
+        "detach": True,
+    }
+
+
+def _stream_logs(container: Any, log_path: Path, header: str) -> threading.Thread:
+    def pump() -> None:
+        with log_path.open("ab") as log, contextlib.suppress(Exception):
+            log.write(header.encode())
+            log.flush()
+            for chunk in container.logs(stream=True, follow=True):
+                log.write(chunk)
+                log.flush()
+
+    thread = threading.Thread(target=pump, name=f"logs-{container.name}", daemon=True)
+    thread.start()
+    return thread
+
+
+def _exit_code(container: Any) -> int | None:
+    """The container's exit code once it has stopped (None while it runs or is gone)."""
+    try:
+        container.reload()
+    except Exception:  # removed under us: treat as exited
+        return -1
+    if container.status in ("exited", "dead"):
+        return int(container.attrs.get("State", {}).get("ExitCode", -1))
+    return None
+
+
+@contextlib.contextmanager
+def launch_docker(
+    engine: EngineConfig, spec: SpecConfig, log_path: str | Path, *, warmup: bool = True
+) -> Iterator[RunningEngine]:
+    """Start the engine's container; yield it healthy; always remove it."""
+    import docker
+
+    adapter = get_engine(engine.kind)
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_bytes(b"")
+    files_dir = log_path.parent / "engine-files"
+    files = adapter.launch_files(engine, spec) if hasattr(adapter, "launch_files") else {}
+    if files:
+        files_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (files_dir / name).write_text(text)
+    options = container_options(engine, spec, files_dir if files else None)
+    client = docker_client(engine)
+    container = None
+    try:
+        try:
+            container = client.containers.create(**options)
+        except docker.errors.ImageNotFound:
+            raise EngineError(
+                f"image {options['image']} is not on the Docker host; pull it there "
+                "(or run containers/build.sh for speedbench/vllm-cpu)"
+            ) from None
+        header = "$ docker run " + " ".join(
+            redact_args([options["image"], *options["entrypoint"], *options["command"]])
+        )
+        _stream_logs(container, log_path, header + "\n")
+        try:
+            container.start()
+        except docker.errors.APIError as exc:
+            detail = " ".join(str(exc.explanation or exc).split())
+            if options["device_requests"]:
+                raise EngineError(
+                    f"cannot start {options['image']} with GPUs ({engine.gpus}): {detail}; this "
+                    "Docker host has no usable NVIDIA runtime (set docker_host to a GPU host, "
+                    "or unset gpus)"
+                ) from None
+            raise EngineError(f"cannot start {options['image']}: {detail}") from None
+        running = RunningEngine(engine, spec, adapter, log_path)
+        running.poll = lambda: _exit_code(container)
+        wait_healthy(
+            engine.base_url,
+            adapter.health_path,
+            engine.startup_timeout_s,
+            None,
+            log_path,
+            poll=running.poll,
+        )
+        if warmup:
+            warm_up(running)
+        yield running
+    finally:
+        if container is not None:
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True)
+            time.sleep(0.2)  # let the log pump write the last lines
+        client.close()
+
+
+def leftover_containers(engine: EngineConfig | None = None) -> list[str]:
+    """Names of speedbench containers on the daemon (running or not)."""
+    client = docker_client(engine or EngineConfig(model="-"))
+    try:
+        return [c.name for c in client.containers.list(all=True, filters={"label": LABEL})]
+    finally:
+        client.close()

@@ -1,0 +1,175 @@
+"""SGLang: launch arguments, native ``/generate`` token-ID requests, acceptance from meta_info.
+
+Not run here (no GPU, and SGLang has no CPU wheel on PyPI); the formats follow SGLang's
+documentation and source:
+
+- Launch: ``python -m sglang.launch_server --model-path ... --speculative-algorithm ALG
+  --speculative-draft-model-path ... --speculative-num-steps k --speculative-eagle-topk t
+  --speculative-num-draft-tokens n`` (docs/advanced_features/speculative_decoding). A chain of k
+  drafts is topk 1 with k + 1 draft tokens (the root counts); ``SpecConfig.options`` can ask for
+  a tree (``eagle_topk``, ``num_draft_tokens``).
+- Requests: ``POST /generate`` with ``input_ids`` and ``sampling_params`` (``max_new_tokens``,
+  ``temperature``, ``ignore_eos``), ``stream: true`` (docs/basic_usage/sampling_params.md). Each
+  SSE chunk carries ``output_ids`` and ``meta_info`` with ``completion_tokens`` (cumulative), a
+  ``finish_reason`` object when it ends, and ``spec_verify_ct``, the verification steps so far
+  (sgl-project/sglang#3152: average acceptance length = completion_tokens / spec_verify_ct).
+  Depending on the server's ``--incremental-streaming-output``, ``output_ids`` is either the new
+  ids or all of them; ``completion_tokens`` tells which part is new.
+- Server-wide acceptance: ``GET /get_server_info`` -> ``internal_states[0].avg_spec_accept_length``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from speedbench.config import EngineConfig, SpecConfig
+from speedbench.engines.base import (
+    MalformedChunk,
+    StreamEvent,
+    UnsupportedSpecError,
+    register_engine,
+)
+from speedbench.engines.containers import ContainerSpec, register_container
+from speedbench.metrics.acceptance import SpecCounters
+
+# speedbench method -> --speculative-algorithm
+SGLANG_ALGORITHMS = {
+    "eagle": "EAGLE",
+    "eagle3": "EAGLE3",
+    "mtp": "NEXTN",
+    "draft_model": "STANDALONE",
+    "ngram": "NGRAM",
+}
+
+
+def speculative_args(spec: SpecConfig) -> list[str]:
+    """SGLang's speculative flags for ``spec`` (none for the baseline)."""
+    if not spec.is_speculative:
+        return []
+    if spec.method not in SGLANG_ALGORITHMS:
+        raise UnsupportedSpecError(
+            f"SGLang has no SD method {spec.method!r}; it has {sorted(SGLANG_ALGORITHMS)}"
+        )
+    k = spec.num_speculative_tokens
+    topk = int(spec.options.get("eagle_topk", 1))
+    draft_tokens = int(spec.options.get("num_draft_tokens", k + 1))
+    args = ["--speculative-algorithm", SGLANG_ALGORITHMS[spec.method]]
+    if spec.draft_model:
+        args += ["--speculative-draft-model-path", spec.draft_model]
+    if spec.method == "ngram":
+        return [*args, "--speculative-num-draft-tokens", str(draft_tokens)]
+    return [
+        *args,
+        "--speculative-num-steps",
+        str(k),
+        "--speculative-eagle-topk",
+        str(topk),
+        "--speculative-num-draft-tokens",
+        str(draft_tokens),
+    ]
+
+
+@register_engine("sglang")
+class SGLangAdapter:
+    """Adapter for SGLang's native server."""
+
+    kind = "sglang"
+    health_path = "/health"
+    metrics_path = "/get_server_info"
+    generate_path = "/generate"
+    counters_reset_on_read = False
+
+    def server_args(self, engine: EngineConfig, spec: SpecConfig) -> list[str]:
+        """Arguments for ``python -m sglang.launch_server``."""
+        args = [
+            "--model-path",
+            engine.model,
+            "--host",
+            engine.host,
+            "--port",
+            str(engine.port),
+            "--dtype",
+            engine.dtype,
+            "--random-seed",
+            "0",
+        ]
+        if engine.tokenizer:
+            args += ["--tokenizer-path", engine.tokenizer]
+        if engine.max_model_len:
+            args += ["--context-length", str(engine.max_model_len)]
+        if engine.max_num_seqs:
+            args += ["--max-running-requests", str(engine.max_num_seqs)]
+        return args + speculative_args(spec) + list(engine.extra_args)
+
+    def request_body(
+        self,
+        engine: EngineConfig,
+        prompt_ids: Sequence[int],
+        max_tokens: int,
+        temperature: float,
+        seed: int | None,
+        ignore_eos: bool,
+    ) -> dict[str, Any]:
+        """A streaming /generate body whose prompt is token IDs."""
+        params: dict[str, Any] = {
+            "max_new_tokens": max_tokens,
+            "temperature": temperature,
+            "ignore_eos": ignore_eos,
+            "skip_special_tokens": False,
+        }
+        if seed is not None:
+            params["sampling_seed"] = seed
+        return {"input_ids": list(prompt_ids), "sampling_params": params, "stream": True}
+
+    def parse_event(self, payload: bytes) -> StreamEvent | None:
+        """One ``data:`` payload of a /generate stream."""
+        if payload == b"[DONE]":
+            return None
+        try:
+            data = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            raise MalformedChunk(f"chunk is not JSON: {payload[:80]!r}") from None
+        if not isinstance(data, dict):
+            raise MalformedChunk(f"chunk is not a JSON object: {payload[:80]!r}")
+        if "error" in data:
+            err = data["error"]
+            msg = err.get("message", err) if isinstance(err, dict) else err
+            return StreamEvent(error=f"engine error in stream: {msg}")
+        meta = data.get("meta_info") or {}
+        finish = meta.get("finish_reason")
+        if isinstance(finish, dict):
+            finish = finish.get("type")
+        extra = {}
+        if "spec_verify_ct" in meta:
+            extra["verify_steps"] = int(meta["spec_verify_ct"])
+        return StreamEvent(
+            token_ids=data.get("output_ids") or [],
+            finish_reason=finish,
+            extra=extra,
+            total_tokens=meta.get("completion_tokens"),
+        )
+
+    def parse_counters(self, metrics_text: str) -> SpecCounters:
+        """SGLang exports no per-position counters; acceptance comes per request (meta_info)."""
+        return SpecCounters()
+
+    def server_acceptance_length(self, server_info: str) -> float | None:
+        """``avg_spec_accept_length`` from ``/get_server_info`` (None without SD)."""
+        info = orjson.loads(server_info)
+        for state in info.get("internal_states") or []:
+            if state.get("avg_spec_accept_length") is not None:
+                return float(state["avg_spec_accept_length"])
+        return None
+
+
+register_container(
+    "sglang",
+    ContainerSpec(
+        image="lmsysorg/sglang:v0.5.5",
+        entrypoint=("python3", "-m", "sglang.launch_server"),
+        port=30000,
+    ),
+)

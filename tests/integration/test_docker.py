@@ -1,0 +1,125 @@
+"""The Docker launcher against a real dockerd with the locally built vLLM-CPU image.
+
+A draft == target pair (random weights, real Qwen vocabulary) is measured through a container
+and as a local process: the greedy token ids and the acceptance must be the same. A GPU request
+on this GPU-less host, a crashing engine and a Ctrl-C must each leave no speedbench container.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from speedbench.client.loadgen import LoadSettings, WorkItem, run_load
+from speedbench.config import SpecConfig
+from speedbench.engines.base import EngineError
+from speedbench.engines.docker import launch_docker, leftover_containers
+from speedbench.engines.local import free_port, launch_local
+from speedbench.measure import cpu_vllm_engine
+from speedbench.metrics.acceptance import acceptance_from_counters
+from speedbench.tokenize import PromptTokenizer
+
+pytestmark = pytest.mark.integration
+IMAGE = "speedbench/vllm-cpu:0.32.0"
+K = 3
+PROMPTS = ["Write a haiku about the sea.", "Name three sorting algorithms."]
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_containers():
+    assert leftover_containers() == []
+    yield
+    assert leftover_containers() == []
+
+
+def docker_engine(model, **overrides):
+    fields = {"launcher": "docker", "image": IMAGE, "port": free_port(), "startup_timeout_s": 600}
+    return cpu_vllm_engine(str(model), **{**fields, **overrides})
+
+
+@pytest.fixture(scope="module")
+def both_launchers(tiny_pair, tmp_path_factory):
+    target, draft = tiny_pair
+    logs = tmp_path_factory.mktemp("docker-logs")
+    spec = SpecConfig(method="draft_model", num_speculative_tokens=K, draft_model=str(draft))
+    tok = PromptTokenizer.from_pretrained(str(target))
+    items = [WorkItem(f"p{i}", "mixed", (p,)) for i, p in enumerate(PROMPTS)]
+    settings = LoadSettings(batch_size=2, max_tokens=1 + 8 * (K + 1), show_progress=False)
+    results = {}
+    local = cpu_vllm_engine(str(target), port=free_port())
+    with launch_local(local, spec, logs / "local.log") as running:
+        results["local"] = run_load(local, spec, running.adapter, items, settings, tok)
+    container = docker_engine(target)
+    with launch_docker(container, spec, logs / "docker.log") as running:
+        results["docker"] = run_load(container, spec, running.adapter, items, settings, tok)
+        results["during"] = leftover_containers()
+    results["log"] = (logs / "docker.log").read_text()
+    return results
+
+
+def test_docker_and_local_give_the_same_tokens_and_acceptance(both_launchers):
+    local, docker = both_launchers["local"], both_launchers["docker"]
+    assert all(r.ok for r in local.records + docker.records)
+    assert {r.prompt_id: r.output_token_ids for r in local.records} == {
+        r.prompt_id: r.output_token_ids for r in docker.records
+    }
+    assert {r.prompt_id: r.chunk_tokens for r in local.records} == {
+        r.prompt_id: r.chunk_tokens for r in docker.records
+    }
+    assert acceptance_from_counters(docker.counters, K) == acceptance_from_counters(
+        local.counters, K
+    )
+    assert acceptance_from_counters(docker.counters, K).al_token_weighted == K + 1
+
+
+def test_the_container_was_labelled_and_logged(both_launchers):
+    (name,) = both_launchers["during"]
+    assert name.startswith("speedbench-vllm-draft_model-k3-")
+    log = both_launchers["log"]
+    assert log.startswith(f"$ docker run {IMAGE} python3 -m vllm.entrypoints.openai.api_server")
+    assert "--model /models/target" in log and '"model": "/models/draft"' in log
+    assert "Application startup complete" in log
+
+
+def test_a_gpu_request_fails_clearly_on_a_host_without_gpus(tiny_pair, tmp_path):
+    target, _ = tiny_pair
+    engine = docker_engine(target, gpus="all")
+    with pytest.raises(EngineError) as err, launch_docker(engine, SpecConfig(), tmp_path / "l"):
+        pass
+    message = str(err.value)
+    assert message.startswith(f"cannot start {IMAGE} with GPUs (all): ")
+    assert "could not select device driver" in message
+    assert message.endswith("(set docker_host to a GPU host, or unset gpus)")
+
+
+def test_a_crashing_engine_fails_with_its_log_and_is_removed(tmp_path):
+    engine = docker_engine(tmp_path)  # an empty directory is no model
+    with pytest.raises(EngineError) as err, launch_docker(engine, SpecConfig(), tmp_path / "log"):
+        pass
+    assert str(err.value).startswith("engine exited with code 1 before healthy: ")
+
+
+def test_ctrl_c_while_starting_removes_the_container(tiny_pair, tmp_path):
+    target, _ = tiny_pair
+    engine = docker_engine(target)
+    script = textwrap.dedent(
+        f"""
+        from speedbench.config import EngineConfig, SpecConfig
+        from speedbench.engines.docker import launch_docker
+        engine = EngineConfig.model_validate_json({engine.model_dump_json()!r})
+        with launch_docker(engine, SpecConfig(), {str(tmp_path / "log")!r}):
+            pass
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    deadline = time.monotonic() + 120
+    while not leftover_containers():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) != 0

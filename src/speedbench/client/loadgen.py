@@ -185,6 +185,24 @@ async def scrape_counters(
     return adapter.parse_counters(resp.text)
 
 
+def new_record(
+    item: WorkItem, turn: int, settings: LoadSettings, spec: SpecConfig
+) -> RequestRecord:
+    """The empty record of one turn of ``item`` at this level."""
+    return RequestRecord(
+        request_id=f"{item.prompt_id}/t{turn}/r{settings.repeat}",
+        prompt_id=item.prompt_id,
+        category=item.category,
+        split=settings.split,
+        turn=turn,
+        config_label=spec.label,
+        method=spec.method,
+        k=spec.num_speculative_tokens,
+        batch_size=settings.batch_size,
+        repeat=settings.repeat,
+    )
+
+
 def counter_delta(
     adapter: EngineAdapter, before: SpecCounters | None, after: SpecCounters | None
 ) -> SpecCounters | None:
@@ -223,18 +241,7 @@ async def drive(
     async def run_item(item: WorkItem, connection: StreamConnection) -> None:
         answers: list[str] = []
         for turn in range(item.num_turns):
-            rec = RequestRecord(
-                request_id=f"{item.prompt_id}/t{turn}/r{settings.repeat}",
-                prompt_id=item.prompt_id,
-                category=item.category,
-                split=settings.split,
-                turn=turn,
-                config_label=spec.label,
-                method=spec.method,
-                k=spec.num_speculative_tokens,
-                batch_size=settings.batch_size,
-                repeat=settings.repeat,
-            )
+            rec = new_record(item, turn, settings, spec)
             if item.prompt_ids is not None:
                 ids = list(item.prompt_ids)
             else:

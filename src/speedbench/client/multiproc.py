@@ -37,6 +37,7 @@ from speedbench.client.loadgen import (
     counter_delta,
     drive,
     engine_gone,
+    new_record,
     run_async,
     slot_counts,
 )
@@ -139,19 +140,7 @@ def missing_records(
         got = by_prompt.get(item.prompt_id, [])
         if len(got) >= item.num_turns or any(not r.ok for r in got):
             continue
-        turn = len(got)
-        rec = RequestRecord(
-            request_id=f"{item.prompt_id}/t{turn}/r{settings.repeat}",
-            prompt_id=item.prompt_id,
-            category=item.category,
-            split=settings.split,
-            turn=turn,
-            config_label=spec.label,
-            method=spec.method,
-            k=spec.num_speculative_tokens,
-            batch_size=settings.batch_size,
-            repeat=settings.repeat,
-        )
+        rec = new_record(item, len(got), settings, spec)
         rec.fail("client_died", reason)
         out.append(rec)
     return out

@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+import orjson
+
 from speedbench.config import ENGINE_KINDS, EngineConfig, SpecConfig
 from speedbench.metrics.acceptance import SpecCounters
 
@@ -50,6 +52,32 @@ class StreamEvent:
 
 class MalformedChunk(ValueError):
     """A streamed chunk that is not in the engine's format."""
+
+
+def load_chunk(payload: bytes) -> dict[str, Any] | None:
+    """The JSON object of one SSE ``data:`` payload; None for the ``[DONE]`` marker.
+
+    Raises:
+        MalformedChunk: The payload is not a JSON object.
+    """
+    if payload == b"[DONE]":
+        return None
+    try:
+        data = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        raise MalformedChunk(f"chunk is not JSON: {payload[:80]!r}") from None
+    if not isinstance(data, dict):
+        raise MalformedChunk(f"chunk is not a JSON object: {payload[:80]!r}")
+    return data
+
+
+def stream_error(data: dict[str, Any]) -> StreamEvent | None:
+    """An error the engine put in the stream instead of a chunk, as an event (else None)."""
+    if "error" not in data or data.get("choices"):
+        return None
+    err = data["error"]
+    msg = err.get("message", err) if isinstance(err, dict) else err
+    return StreamEvent(error=f"engine error in stream: {msg}")
 
 
 @runtime_checkable

@@ -27,10 +27,11 @@ import orjson
 
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import (
-    MalformedChunk,
     StreamEvent,
     UnsupportedSpecError,
+    load_chunk,
     register_engine,
+    stream_error,
 )
 from speedbench.engines.containers import ContainerSpec, register_container
 from speedbench.metrics.acceptance import SpecCounters
@@ -126,18 +127,11 @@ class SGLangAdapter:
 
     def parse_event(self, payload: bytes) -> StreamEvent | None:
         """One ``data:`` payload of a /generate stream."""
-        if payload == b"[DONE]":
+        data = load_chunk(payload)
+        if data is None:
             return None
-        try:
-            data = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            raise MalformedChunk(f"chunk is not JSON: {payload[:80]!r}") from None
-        if not isinstance(data, dict):
-            raise MalformedChunk(f"chunk is not a JSON object: {payload[:80]!r}")
-        if "error" in data:
-            err = data["error"]
-            msg = err.get("message", err) if isinstance(err, dict) else err
-            return StreamEvent(error=f"engine error in stream: {msg}")
+        if (error := stream_error(data)) is not None:
+            return error
         meta = data.get("meta_info") or {}
         finish = meta.get("finish_reason")
         if isinstance(finish, dict):

@@ -13,15 +13,15 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import (
-    MalformedChunk,
     StreamEvent,
     UnsupportedSpecError,
+    load_chunk,
     register_engine,
+    stream_error,
 )
 from speedbench.metrics.acceptance import SpecCounters
 
@@ -121,18 +121,11 @@ class VLLMAdapter:
 
     def parse_event(self, payload: bytes) -> StreamEvent | None:
         """Parse one ``data:`` payload of a /v1/completions stream."""
-        if payload == b"[DONE]":
+        data = load_chunk(payload)
+        if data is None:
             return None
-        try:
-            data = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            raise MalformedChunk(f"chunk is not JSON: {payload[:80]!r}") from None
-        if not isinstance(data, dict):
-            raise MalformedChunk(f"chunk is not a JSON object: {payload[:80]!r}")
-        if "error" in data and not data.get("choices"):
-            err = data["error"]
-            msg = err.get("message", err) if isinstance(err, dict) else err
-            return StreamEvent(error=f"engine error in stream: {msg}")
+        if (error := stream_error(data)) is not None:
+            return error
         choices = data.get("choices") or []
         if not choices:
             return StreamEvent()

@@ -209,6 +209,19 @@ class SweepConfig(StrictModel):
     launcher: LauncherKind = Field(
         default="local", description="local process, docker container, or an external server."
     )
+    image: str | None = Field(
+        default=None,
+        description="docker: engine image (default: the engine's public image; "
+        "speedbench/vllm-cpu:0.32.0 is the CPU one containers/build.sh makes).",
+    )
+    docker_host: str | None = Field(
+        default=None, description="docker: daemon, e.g. ssh://user@gpu-host (default: local)."
+    )
+    gpus: str | None = Field(
+        default=None,
+        pattern=r"^(all|[1-9][0-9]*|device=[0-9A-Za-z-]+(,[0-9A-Za-z-]+)*)$",
+        description="docker: 'all', a count or 'device=0,1'. Unset: vLLM gets its CPU settings.",
+    )
     host: str = Field(default="127.0.0.1", description="Engine address (bind and call).")
     port: int = Field(default=8000, ge=1, le=65535, description="Engine port.")
     dtype: DType = Field(default="auto", description="Weights dtype (auto: bf16 where native).")

@@ -82,17 +82,19 @@ def sweep_items(sweep: SweepConfig) -> dict[str, list[WorkItem]]:
 
 
 def engine_config(sweep: SweepConfig, target: str) -> EngineConfig:
-    """The engine of a sweep; the local vLLM default carries the CPU settings."""
-    if sweep.engine == "vllm" and sweep.launcher == "local":
-        return cpu_vllm_engine(target, port=sweep.port, dtype=sweep.dtype, host=sweep.host)
-    return EngineConfig(
-        kind=sweep.engine,
-        model=target,
-        launcher=sweep.launcher,
-        host=sweep.host,
-        port=sweep.port,
-        dtype=sweep.dtype,
-    )
+    """The engine of a sweep; vLLM without GPUs (process or container) gets the CPU settings."""
+    where = {
+        "launcher": sweep.launcher,
+        "host": sweep.host,
+        "port": sweep.port,
+        "dtype": sweep.dtype,
+        "image": sweep.image,
+        "docker_host": sweep.docker_host,
+        "gpus": sweep.gpus,
+    }
+    if sweep.engine == "vllm" and sweep.launcher != "external" and sweep.gpus is None:
+        return cpu_vllm_engine(target, **where)
+    return EngineConfig(kind=sweep.engine, model=target, **where)
 
 
 def load_settings(sweep: SweepConfig) -> LoadSettings:

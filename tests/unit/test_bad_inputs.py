@@ -295,3 +295,19 @@ if __name__ == "__main__":  # print the current messages, to write the table
             sub = Path(d) / name
             sub.mkdir()
             print(f"{name}\t{normalize(fn(sub, server), sub)}")
+
+
+def test_a_port_left_in_time_wait_is_free():
+    """A server that just stopped leaves TIME_WAIT connections; the next one may still bind."""
+    import socket
+
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        conn, _ = server.accept()
+        conn.close()  # the server side closes first: its end goes to TIME_WAIT
+        client.close()
+    check_available(EngineConfig(model="m", port=port, python=sys.executable))

@@ -89,6 +89,9 @@ def check_available(engine: EngineConfig) -> None:
         if engine.docker_host and not engine.docker_host.startswith("unix://"):
             return  # the port is on the remote host
     with socket.socket() as sock:
+        # As servers do: connections of a server that just stopped (TIME_WAIT) do not block a
+        # new one, only a live listener does.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((engine.host, engine.port))
         except OSError:

@@ -172,17 +172,13 @@ def engine_gone(record: RequestRecord) -> bool:
     return record.error_kind == "connection" and (record.error or "").startswith("cannot connect")
 
 
-async def scrape_counters(
-    client: httpx.AsyncClient, base_url: str, adapter: EngineAdapter
-) -> SpecCounters | None:
-    """Read the engine's cumulative SD counters; None if the endpoint is unavailable."""
+def scrape_counters(engine: EngineConfig, adapter: EngineAdapter) -> SpecCounters | None:
+    """Read the engine's SD counters; None if the endpoint is unavailable."""
     try:
-        resp = await client.get(base_url + adapter.metrics_path, timeout=30.0)
+        resp = httpx.get(engine.base_url + adapter.metrics_path, timeout=30.0)
     except httpx.TransportError:
         return None
-    if resp.status_code != 200:
-        return None
-    return adapter.parse_counters(resp.text)
+    return adapter.parse_counters(resp.text) if resp.status_code == 200 else None
 
 
 def new_record(
@@ -296,7 +292,7 @@ async def drive(
     return records
 
 
-async def run_load_async(
+async def run_in_process(
     engine: EngineConfig,
     spec: SpecConfig,
     adapter: EngineAdapter,
@@ -306,8 +302,6 @@ async def run_load_async(
     on_record: Callable[[RequestRecord], None] | None = None,
 ) -> LoadResult:
     """Drive ``items`` at ``settings.batch_size`` concurrent streams from this process."""
-    if any(it.prompt_ids is None for it in items) and tokenizer is None:
-        raise ValueError("text prompts need a tokenizer")
     total = sum(it.num_turns for it in items)
     bar = tqdm(
         total=total,
@@ -317,29 +311,25 @@ async def run_load_async(
     )
     claims = LocalClaims(len(items), bar)
     monitor = WorkerMonitor()
-    async with httpx.AsyncClient(timeout=30.0) as client:
-        before = await scrape_counters(client, engine.base_url, adapter)
-        try:
-            records = await drive(
-                engine,
-                spec,
-                adapter,
-                items,
-                settings,
-                tokenizer,
-                on_record,
-                claims,
-                settings.batch_size,
-                monitor,
-            )
-        finally:
-            bar.close()
-        after = await scrape_counters(client, engine.base_url, adapter)
-    delta = counter_delta(adapter, before, after)
+    try:
+        records = await drive(
+            engine,
+            spec,
+            adapter,
+            items,
+            settings,
+            tokenizer,
+            on_record,
+            claims,
+            settings.batch_size,
+            monitor,
+        )
+    finally:
+        bar.close()
     extras: dict[str, object] = {"client": client_report([monitor])}
     if claims.reason:
         extras["aborted"] = claims.reason
-    return LoadResult(records, delta, monitor.wall_s, extras)
+    return LoadResult(records, None, monitor.wall_s, extras)
 
 
 def run_load(
@@ -359,14 +349,19 @@ def run_load(
     """
     if settings.batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {settings.batch_size}")
-    workers = settings.workers or auto_workers(settings.batch_size)
-    workers = min(workers, settings.batch_size)
+    if any(it.prompt_ids is None for it in items) and tokenizer is None:
+        raise ValueError("text prompts need a tokenizer")
+    workers = min(settings.workers or auto_workers(settings.batch_size), settings.batch_size)
+    before = scrape_counters(engine, adapter)
     if workers == 1:
-        return run_async(
-            run_load_async(engine, spec, adapter, items, settings, tokenizer, on_record)
+        result = run_async(
+            run_in_process(engine, spec, adapter, items, settings, tokenizer, on_record)
         )
-    from speedbench.client.multiproc import run_multiprocess
+    else:
+        from speedbench.client.multiproc import run_multiprocess
 
-    return run_multiprocess(
-        engine, spec, adapter, items, settings, tokenizer, on_record, workers, parts_dir
-    )
+        result = run_multiprocess(
+            engine, spec, adapter, items, settings, tokenizer, on_record, workers, parts_dir
+        )
+    result.counters = counter_delta(adapter, before, scrape_counters(engine, adapter))
+    return result

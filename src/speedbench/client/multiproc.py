@@ -27,14 +27,12 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import httpx
 from tqdm.auto import tqdm
 
 from speedbench.client.loadgen import (
     LoadResult,
     LoadSettings,
     WorkItem,
-    counter_delta,
     drive,
     engine_gone,
     new_record,
@@ -44,7 +42,6 @@ from speedbench.client.loadgen import (
 from speedbench.client.selfmeasure import WorkerMonitor, client_report
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineAdapter
-from speedbench.metrics.acceptance import SpecCounters
 from speedbench.records import RecordSink, RequestRecord, read_jsonl
 
 
@@ -112,14 +109,6 @@ def _worker(
     monitor.save(parts / f"worker{worker}.npz")
 
 
-def _scrape(engine: EngineConfig, adapter: EngineAdapter) -> SpecCounters | None:
-    try:
-        resp = httpx.get(engine.base_url + adapter.metrics_path, timeout=30.0)
-    except httpx.TransportError:
-        return None
-    return adapter.parse_counters(resp.text) if resp.status_code == 200 else None
-
-
 def missing_records(
     items: Sequence[WorkItem],
     records: Sequence[RequestRecord],
@@ -157,9 +146,10 @@ def run_multiprocess(
     workers: int,
     parts_dir: Path | None = None,
 ) -> LoadResult:
-    """Drive one load level with ``workers`` processes; see the module docstring."""
-    if any(it.prompt_ids is None for it in items) and tokenizer is None:
-        raise ValueError("text prompts need a tokenizer")
+    """Drive one load level with ``workers`` processes; see the module docstring.
+
+    The engine's counters are read by the caller (``run_load``) around this call.
+    """
     # Forked children must not start tokenizer thread pools the parent already started.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     ctx = mp.get_context("fork")
@@ -171,7 +161,6 @@ def run_multiprocess(
         parts_dir.mkdir(parents=True, exist_ok=True)
         for old in parts_dir.glob("worker*"):
             old.unlink()
-        before = _scrape(engine, adapter)
         procs = [
             ctx.Process(
                 target=_worker,
@@ -207,7 +196,6 @@ def run_multiprocess(
             for proc in procs:
                 proc.join(timeout=10)
         duration = time.perf_counter() - t0
-        after = _scrape(engine, adapter)
         records: list[RequestRecord] = []
         monitors = []
         for w in range(len(procs)):
@@ -230,5 +218,4 @@ def run_multiprocess(
     if on_record is not None:
         for rec in records:
             on_record(rec)
-    delta = counter_delta(adapter, before, after)
-    return LoadResult(records, delta, duration, extras)
+    return LoadResult(records, None, duration, extras)

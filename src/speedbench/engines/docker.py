@@ -14,8 +14,9 @@ reaches a remote GPU host), creates the engine's container and waits for its hea
   unless the user chooses an address).
 - **Secrets**: ``engine.env`` (e.g. ``HF_TOKEN``) goes into the container's environment only; it
   is never logged, and the logged command line is redacted.
-- **Logs** stream to the log file while the container runs.
-- **Teardown**: the container is removed (killed first) on success, on error and on Ctrl-C;
+- **Logs** stream to the log file from the moment the container starts until it stops.
+- **Teardown**: the container is stopped (SIGTERM, SIGKILL after ``STOP_GRACE_S``), its log
+  drained, and removed, on success, on error and on Ctrl-C;
   every container carries the ``speedbench`` label, so leftovers of a killed client can be
   found with ``docker ps -a --filter label=speedbench``.
 """
@@ -25,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +36,8 @@ from speedbench.engines.base import EngineError, get_engine
 from speedbench.engines.containers import container_spec
 from speedbench.engines.local import RunningEngine, wait_healthy, warm_up
 from speedbench.secrets import redact_args
+
+STOP_GRACE_S = 10  # SIGTERM, then SIGKILL after this many seconds, as `docker stop` does
 
 LABEL = "speedbench"
 TARGET_MOUNT = "/models/target"
@@ -119,27 +121,43 @@ def container_options(
     }
 
 
-def _stream_logs(container: Any, log_path: Path, header: str) -> threading.Thread:
-    def pump() -> None:
-        with log_path.open("ab") as log, contextlib.suppress(Exception):
-            log.write(header.encode())
-            log.flush()
-            for chunk in container.logs(stream=True, follow=True):
+class _LogPump:
+    """Copies the container's output into the engine log while it runs.
+
+    It attaches only after ``start``: dockerd answers a follow request on a container that is
+    not running yet with an empty, finished stream, which left CI with a log of just the
+    command line. ``drain`` waits for the stream to end, which it does when the container stops.
+    """
+
+    def __init__(self, container: Any, log_path: Path) -> None:
+        self._container = container
+        self._log_path = log_path
+        self._thread = threading.Thread(
+            target=self._pump, name=f"logs-{container.name}", daemon=True
+        )
+        self._thread.start()
+
+    def _pump(self) -> None:
+        with self._log_path.open("ab") as log, contextlib.suppress(Exception):
+            for chunk in self._container.logs(stream=True, follow=True):
                 log.write(chunk)
                 log.flush()
 
-    thread = threading.Thread(target=pump, name=f"logs-{container.name}", daemon=True)
-    thread.start()
-    return thread
+    def drain(self, timeout_s: float = 5.0) -> None:
+        self._thread.join(timeout_s)
 
 
-def _exit_code(container: Any) -> int | None:
-    """The container's exit code once it has stopped (None while it runs or is gone)."""
+def _exit_code(container: Any, pump: _LogPump) -> int | None:
+    """The container's exit code once it has stopped (None while it runs or is gone).
+
+    On exit the log pump is drained first, so whoever reads the log tail next sees its end.
+    """
     try:
         container.reload()
     except Exception:  # removed under us: treat as exited
         return -1
     if container.status in ("exited", "dead"):
+        pump.drain()
         return int(container.attrs.get("State", {}).get("ExitCode", -1))
     return None
 
@@ -164,6 +182,7 @@ def launch_docker(
     options = container_options(engine, spec, files_dir if files else None)
     client = docker_client(engine)
     container = None
+    pump = None
     try:
         try:
             container = client.containers.create(**options)
@@ -175,7 +194,7 @@ def launch_docker(
         header = "$ docker run " + " ".join(
             redact_args([options["image"], *options["entrypoint"], *options["command"]])
         )
-        _stream_logs(container, log_path, header + "\n")
+        log_path.write_text(header + "\n")
         try:
             container.start()
         except docker.errors.APIError as exc:
@@ -187,8 +206,9 @@ def launch_docker(
                     "or unset gpus)"
                 ) from None
             raise EngineError(f"cannot start {options['image']}: {detail}") from None
+        pump = _LogPump(container, log_path)
         running = RunningEngine(engine, spec, adapter, log_path)
-        running.poll = lambda: _exit_code(container)
+        running.poll = lambda: _exit_code(container, pump)
         wait_healthy(
             engine.base_url,
             adapter.health_path,
@@ -202,9 +222,16 @@ def launch_docker(
         yield running
     finally:
         if container is not None:
-            with contextlib.suppress(docker.errors.NotFound):
-                container.remove(force=True)
-            time.sleep(0.2)  # let the log pump write the last lines
+            # Stop before removing, so the pump sees the stream end and the log keeps its tail;
+            # the removal runs even if a second Ctrl-C cuts the stop short.
+            try:
+                with contextlib.suppress(docker.errors.APIError):
+                    container.stop(timeout=STOP_GRACE_S)
+                if pump is not None:
+                    pump.drain()
+            finally:
+                with contextlib.suppress(docker.errors.NotFound):
+                    container.remove(force=True)
         client.close()
 
 

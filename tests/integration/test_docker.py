@@ -98,6 +98,8 @@ def test_the_container_was_labelled_and_logged(both_launchers):
     assert log.startswith(f"$ docker run {IMAGE} python3 -m vllm.entrypoints.openai.api_server")
     assert "--model /models/target" in log and '"model": "/models/draft"' in log
     assert "Application startup complete" in log
+    # Stopped (SIGTERM) and drained before removal, so the shutdown is in the log too.
+    assert "[shutdown] API server: shutdown triggered" in log.split("Application startup")[1]
 
 
 def test_a_gpu_request_fails_clearly_on_a_host_without_gpus(tiny_pair, tmp_path):
@@ -116,6 +118,7 @@ def test_a_crashing_engine_fails_with_its_log_and_is_removed(tmp_path):
     with pytest.raises(EngineError) as err, launch_docker(engine, SpecConfig(), tmp_path / "log"):
         pass
     assert str(err.value).startswith("engine exited with code 1 before healthy: ")
+    assert "config.json" in str(err.value)  # the drained log's tail names what is missing
 
 
 def test_ctrl_c_while_starting_removes_the_container(tiny_pair, tmp_path):

@@ -171,7 +171,12 @@ def measure_level(
             parts_dir=directory / "parts",
         )
     write_parquet(result.records, directory / "records.parquet")
-    metrics = summarize_level(result.records, result.counters, running.spec.num_speculative_tokens)
+    metrics = summarize_level(
+        result.records,
+        result.counters,
+        running.spec.num_speculative_tokens,
+        server_al=result.extras.get("server_al"),  # type: ignore[arg-type]
+    )
     metrics["client"] = result.extras.get("client")
     failed = engine_failure(running, settings, result.aborted)
     if failed:
@@ -294,6 +299,10 @@ def build_summary(levels: Sequence[LevelResult]) -> dict[str, Any]:
         if "acceptance_counters" in o:
             row["al_counters"] = o["acceptance_counters"]["al_token_weighted"]
             row["conditional_ar_counters"] = o["acceptance_counters"]["conditional_ar"]
+        if "acceptance_engine_steps" in o:
+            row["al_engine_steps"] = o["acceptance_engine_steps"]["al_token_weighted"]
+        if "acceptance_server" in o:
+            row["al_server"] = o["acceptance_server"]["al"]
         rows.append(row)
     add_speedups(rows)
     fronts = {}

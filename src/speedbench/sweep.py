@@ -141,7 +141,8 @@ def config_hash(identity: dict[str, Any]) -> str:
 def level_metrics(metrics: dict[str, Any]) -> tuple[dict[str, float], dict[str, list[float]]]:
     """A level's ``metrics.json`` as scalar metrics and per-position series for a tracker.
 
-    Scalars: acceptance lengths (stream and counters), throughput, per-user speed, error rate,
+    Scalars: acceptance lengths (stream, counters, and the engine's own step counts and server
+    AL where it reports them), throughput, per-user speed, error rate,
     TTFT/TPOT/ITL/E2E percentiles and AL per category. Series (step = draft position j, from 1):
     conditional and joint acceptance rates from the stream and from the engine's counters.
     """
@@ -167,6 +168,11 @@ def level_metrics(metrics: dict[str, Any]) -> tuple[dict[str, float], dict[str, 
             scalars[f"al_{view}_request_mean"] = acc["al_request_mean"]
         series[f"conditional_ar_{view}"] = acc["conditional_ar"]
         series[f"joint_ar_{view}"] = acc["joint_ar"]
+    if engine_steps := overall.get("acceptance_engine_steps"):
+        scalars["al_engine_steps"] = engine_steps["al_token_weighted"]
+        scalars["al_engine_steps_request_mean"] = engine_steps["al_request_mean"]
+    if server := overall.get("acceptance_server"):
+        scalars["al_server"] = server["al"]
     for kind, count in overall.get("errors_by_kind", {}).items():
         scalars[f"errors_{kind}"] = count
     client = metrics.get("client") or {}

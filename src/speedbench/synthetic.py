@@ -8,6 +8,13 @@ accepted ``a`` of ``k`` drafted tokens with conditional acceptance ``accept_p``,
 clock of ``time.perf_counter_ns``) in the JSON and as ``"<sent_ns>;"`` in its text, so any client
 on the same host, speedbench's or another's, can measure how late it timestamps what it reads.
 
+It also speaks SGLang's native dialect: ``POST /generate`` with ``input_ids`` streams cumulative
+``output_ids`` with ``meta_info`` (``completion_tokens``, ``spec_verify_ct``, a ``finish_reason``
+object), the first chunk being the one prefill token, and ``GET /get_server_info`` reports
+``avg_spec_accept_length`` the way SGLang computes it (completion tokens / verify steps, over
+every request since the start). That lets the SGLang adapter run through the real client here,
+where no SGLang can.
+
 Prompts whose first token id is listed in ``faults`` get a fault instead of a normal answer (HTTP
 500, 429, a truncated or dropped stream, a stall, an error event, a malformed chunk), and ids at
 or above ``vocab_size`` get vLLM's HTTP 400. ``GET /stats`` reports how many streams were open
@@ -100,6 +107,8 @@ class _Stats:
         self.requests = 0
         self.chunks = 0
         self.seen: Counter[int] = Counter()
+        self.completion_tokens = 0  # SGLang dialect: what avg_spec_accept_length divides
+        self.verify_steps = 0
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -193,15 +202,25 @@ class _Connection(asyncio.Protocol):
         elif path == "/reset" and method == "POST":
             self.stats.reset()
             self._json("200 OK", {"reset": True})
+        elif path == "/get_server_info":
+            steps = self.stats.verify_steps
+            al = self.stats.completion_tokens / steps if steps else None
+            self._json("200 OK", {"internal_states": [{"avg_spec_accept_length": al}]})
         elif path == "/v1/completions" and method == "POST":
-            await self._complete(json.loads(body))
+            request = json.loads(body)
+            prompt = request.get("prompt")
+            token_prompt = isinstance(prompt, list) and prompt and isinstance(prompt[0], int)
+            ids = prompt if token_prompt else []
+            await self._complete(request, ids, int(request.get("max_tokens") or 16), sglang=False)
+        elif path == "/generate" and method == "POST":
+            request = json.loads(body)
+            max_tokens = (request.get("sampling_params") or {}).get("max_new_tokens") or 16
+            await self._complete(request, request.get("input_ids") or [], max_tokens, sglang=True)
         else:
             self._json("404 Not Found", {"error": {"message": f"no route {path}"}})
 
-    async def _complete(self, request: dict) -> None:
+    async def _complete(self, request: dict, ids: list[int], total: int, sglang: bool) -> None:
         opts, stats = self.options, self.stats
-        prompt = request.get("prompt")
-        ids = prompt if isinstance(prompt, list) and prompt and isinstance(prompt[0], int) else []
         bad = [t for t in ids if not 0 <= t < opts.vocab_size]
         if bad:
             message = f"Token id {bad[0]} is out of vocabulary"
@@ -218,9 +237,11 @@ class _Connection(asyncio.Protocol):
         ):
             self._json("429 Too Many Requests", {"error": "slow down"}, "Retry-After: 0\r\n")
             return
-        total = int(request.get("max_tokens") or 16)
         rng = random.Random(opts.seed + first)
-        sizes = chunk_sizes(total, opts.k, opts.accept_p, rng)
+        if sglang:  # prefill yields one token, then one chunk per verification step
+            sizes = [1, *chunk_sizes(total - 1, opts.k, opts.accept_p, rng)]
+        else:
+            sizes = chunk_sizes(total, opts.k, opts.accept_p, rng)
         if fault in ("truncate", "drop"):
             sizes = sizes[: max(1, len(sizes) // 2)]
         stats.requests += 1
@@ -228,7 +249,10 @@ class _Connection(asyncio.Protocol):
         stats.active_at_arrival[stats.active] += 1
         stats.max_active = max(stats.max_active, stats.active)
         try:
-            await self._stream(request, first, sizes, fault)
+            if sglang:
+                await self._stream_sglang(first, sizes, fault)
+            else:
+                await self._stream(request, first, sizes, fault)
         finally:
             stats.active -= 1
 
@@ -281,6 +305,45 @@ class _Connection(asyncio.Protocol):
             if (request.get("stream_options") or {}).get("include_usage"):
                 total = sum(sizes)
                 self._event(b'{"choices":[],"usage":{"completion_tokens":%d}}' % total)
+            self._event(b"[DONE]")
+        transport.write(b"0\r\n\r\n")
+
+    async def _stream_sglang(self, first: int, sizes: list[int], fault: str | None) -> None:
+        """SGLang's /generate stream: cumulative output_ids, counts in meta_info."""
+        opts, transport = self.options, self.transport
+        assert transport is not None
+        transport.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        if fault == "error_event":
+            self._event(b'{"error": {"message": "engine overloaded", "code": 503}}')
+            transport.write(b"0\r\n\r\n")
+            return
+        ids: list[int] = []
+        for step, size in enumerate(sizes):
+            if self.closed:
+                return
+            await asyncio.sleep(opts.ttft_s if step == 0 else opts.interval_s)
+            ids += [(first + len(ids) + i) % opts.vocab_size for i in range(size)]
+            last = step == len(sizes) - 1 and fault not in ("truncate", "drop")
+            finish = {"type": "length", "length": len(ids)} if last else None
+            meta = {
+                "id": f"synthetic-{first}",
+                "finish_reason": finish,
+                "prompt_tokens": 1,
+                "completion_tokens": len(ids),
+                "spec_verify_ct": step,  # the prefill chunk is no verification step
+            }
+            self._event(json.dumps({"text": "", "output_ids": ids, "meta_info": meta}).encode())
+            self.stats.chunks += 1
+            await self.writable.wait()
+        if fault == "drop":
+            transport.abort()
+            return
+        if fault != "truncate":
+            self.stats.completion_tokens += len(ids)
+            self.stats.verify_steps += len(sizes) - 1
             self._event(b"[DONE]")
         transport.write(b"0\r\n\r\n")
 

@@ -172,13 +172,24 @@ def engine_gone(record: RequestRecord) -> bool:
     return record.error_kind == "connection" and (record.error or "").startswith("cannot connect")
 
 
-def scrape_counters(engine: EngineConfig, adapter: EngineAdapter) -> SpecCounters | None:
-    """Read the engine's SD counters; None if the endpoint is unavailable."""
+def scrape_metrics(engine: EngineConfig, adapter: EngineAdapter) -> str | None:
+    """The engine's metrics (or server-info) text; None if the endpoint is unavailable."""
     try:
         resp = httpx.get(engine.base_url + adapter.metrics_path, timeout=30.0)
     except httpx.TransportError:
         return None
-    return adapter.parse_counters(resp.text) if resp.status_code == 200 else None
+    return resp.text if resp.status_code == 200 else None
+
+
+def server_acceptance_length(adapter: EngineAdapter, metrics_text: str | None) -> float | None:
+    """The engine's own running AL, for adapters whose server states one (SGLang)."""
+    read = getattr(adapter, "server_acceptance_length", None)
+    if read is None or metrics_text is None:
+        return None
+    try:
+        return read(metrics_text)
+    except ValueError:  # a server-info page this adapter does not understand is no AL
+        return None
 
 
 def new_record(
@@ -352,7 +363,8 @@ def run_load(
     if any(it.prompt_ids is None for it in items) and tokenizer is None:
         raise ValueError("text prompts need a tokenizer")
     workers = min(settings.workers or auto_workers(settings.batch_size), settings.batch_size)
-    before = scrape_counters(engine, adapter)
+    before_text = scrape_metrics(engine, adapter)
+    before = adapter.parse_counters(before_text) if before_text is not None else None
     if workers == 1:
         result = run_async(
             run_in_process(engine, spec, adapter, items, settings, tokenizer, on_record)
@@ -363,5 +375,9 @@ def run_load(
         result = run_multiprocess(
             engine, spec, adapter, items, settings, tokenizer, on_record, workers, parts_dir
         )
-    result.counters = counter_delta(adapter, before, scrape_counters(engine, adapter))
+    after_text = scrape_metrics(engine, adapter)
+    after = adapter.parse_counters(after_text) if after_text is not None else None
+    result.counters = counter_delta(adapter, before, after)
+    if (server_al := server_acceptance_length(adapter, after_text)) is not None:
+        result.extras["server_al"] = server_al
     return result

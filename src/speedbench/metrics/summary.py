@@ -7,6 +7,14 @@ Two acceptance views are reported side by side because they answer different que
   target forward pass really yields, which is what bounds the speedup.
 * ``acceptance_counters`` comes from the engine's counters and counts drafted steps only. It is
   SPEED-Bench's definition. The two coincide when every step drafts (draft models, EAGLE).
+
+Engines that report neither per-step chunks nor per-position counters add two more:
+
+* ``acceptance_engine_steps``: the engine's own verification-step count per request (SGLang's
+  ``spec_verify_ct``). AL = (output tokens - 1) / steps, leaving out the prefill token as the
+  stream view does; SGLang's own ``completion_tokens / spec_verify_ct`` counts it in.
+* ``acceptance_server``: the server's own running AL (SGLang's ``avg_spec_accept_length``), read
+  after the level, reported as the engine states it.
 """
 
 from __future__ import annotations
@@ -60,10 +68,36 @@ def stream_acceptance(records: Sequence[RequestRecord], k: int) -> dict[str, obj
     return out
 
 
+def engine_step_acceptance(records: Sequence[RequestRecord]) -> dict[str, object] | None:
+    """AL from the engine's per-request verification-step counts (None if it reports none)."""
+    pairs = [
+        (r.output_tokens - 1, r.engine_steps)
+        for r in records
+        if r.ok and r.engine_steps and r.output_tokens > 0
+    ]
+    if not pairs:
+        return None
+    tokens = [float(t) for t, _ in pairs]
+    steps = [float(n) for _, n in pairs]
+    return {
+        "al_token_weighted": sum(tokens) / sum(steps),
+        "al_request_mean": float(np.mean([t / n for t, n in zip(tokens, steps, strict=True)])),
+        "al_token_weighted_ci": ratio_ci(tokens, steps).as_dict(),
+        "requests": len(pairs),
+        "steps": int(sum(steps)),
+    }
+
+
 def summarize_level(
-    records: Sequence[RequestRecord], counters: SpecCounters | None, k: int
+    records: Sequence[RequestRecord],
+    counters: SpecCounters | None,
+    k: int,
+    server_al: float | None = None,
 ) -> dict[str, object]:
-    """Everything about one load level, overall and per category."""
+    """Everything about one load level, overall and per category.
+
+    ``server_al`` is the engine's own running AL where it states one (SGLang).
+    """
     overall: dict[str, object] = {"load": summarize_load(records).as_dict()}
     overall["errors_by_kind"] = dict(
         sorted(Counter(r.error_kind or "unknown" for r in records if not r.ok).items())
@@ -73,6 +107,10 @@ def summarize_level(
         if counters is not None and counters.num_drafts > 0:
             overall["acceptance_counters"] = acceptance_from_counters(counters, k).as_dict()
             overall["counters"] = counters.as_dict()
+        if (engine_steps := engine_step_acceptance(records)) is not None:
+            overall["acceptance_engine_steps"] = engine_steps
+        if server_al is not None:
+            overall["acceptance_server"] = {"al": server_al}
     by_cat: dict[str, list[RequestRecord]] = defaultdict(list)
     for r in records:
         by_cat[r.category].append(r)

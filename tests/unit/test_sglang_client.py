@@ -1,0 +1,86 @@
+"""The SGLang adapter through the real client, against the synthetic server's SGLang dialect.
+
+No SGLang runs here, so this is the closest check of the whole path: ``/generate`` with token
+ids, cumulative ``output_ids`` cut down to the new ones, ``spec_verify_ct`` into
+``engine_steps``, and the server's own AL from ``/get_server_info`` into the level's metrics.
+The expected values are rebuilt from the server's seeded chunk sizes.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from speedbench.client.loadgen import LoadSettings, WorkItem, run_load
+from speedbench.config import EngineConfig, SpecConfig
+from speedbench.engines import get_engine
+from speedbench.engines.local import free_port
+from speedbench.metrics.summary import summarize_level
+from speedbench.sweep import level_metrics
+from speedbench.synthetic import SyntheticOptions, chunk_sizes, serve_in_subprocess
+
+K, ACCEPT_P, SEED, MAX_TOKENS = 3, 0.6, 7, 25
+FIRST_IDS = (11, 12, 13, 14, 15)
+TRUNCATED = 16
+
+
+def expected_sizes(first: int) -> list[int]:
+    return [1, *chunk_sizes(MAX_TOKENS - 1, K, ACCEPT_P, random.Random(SEED + first))]
+
+
+@pytest.fixture(scope="module")
+def sglang_level():
+    options = SyntheticOptions(k=K, accept_p=ACCEPT_P, seed=SEED, faults={TRUNCATED: "truncate"})
+    port = free_port()
+    with serve_in_subprocess(options, port):
+        items = [WorkItem(f"p{t}", prompt_ids=(t, 100)) for t in (*FIRST_IDS, TRUNCATED)]
+        result = run_load(
+            EngineConfig(kind="sglang", model="m", port=port),
+            SpecConfig(method="ngram", num_speculative_tokens=K),
+            get_engine("sglang"),
+            items,
+            LoadSettings(batch_size=3, max_tokens=MAX_TOKENS, show_progress=False),
+        )
+    return {r.prompt_id: r for r in result.records}, result
+
+
+def test_cumulative_output_ids_become_the_new_ids_per_step(sglang_level):
+    records, _ = sglang_level
+    for first in FIRST_IDS:
+        rec = records[f"p{first}"]
+        assert rec.ok and rec.finish_reason == "length"
+        assert rec.output_token_ids == list(range(first, first + MAX_TOKENS))
+        assert rec.chunk_tokens == expected_sizes(first)
+
+
+def test_verify_counts_become_engine_steps(sglang_level):
+    records, _ = sglang_level
+    for first in FIRST_IDS:
+        assert records[f"p{first}"].engine_steps == len(expected_sizes(first)) - 1
+
+
+def test_a_stream_without_finish_is_truncated(sglang_level):
+    records, _ = sglang_level
+    rec = records[f"p{TRUNCATED}"]
+    assert rec.error_kind == "truncated" and not rec.ok
+
+
+def test_engine_step_and_server_acceptance_reach_the_level_metrics(sglang_level):
+    _, result = sglang_level
+    steps = sum(len(expected_sizes(f)) - 1 for f in FIRST_IDS)
+    # SGLang's own figure counts the prefill token; speedbench's leaves it out.
+    assert result.extras["server_al"] == len(FIRST_IDS) * MAX_TOKENS / steps
+    metrics = summarize_level(result.records, result.counters, K, result.extras["server_al"])
+    overall = metrics["overall"]
+    engine_steps = overall["acceptance_engine_steps"]
+    assert engine_steps["requests"] == len(FIRST_IDS) and engine_steps["steps"] == steps
+    assert engine_steps["al_token_weighted"] == len(FIRST_IDS) * (MAX_TOKENS - 1) / steps
+    # Every chunk after the first is one step, so the stream view must agree exactly.
+    assert engine_steps["al_token_weighted"] == pytest.approx(
+        overall["acceptance_stream"]["al_token_weighted"], rel=1e-12
+    )
+    assert "acceptance_counters" not in overall  # SGLang exports no per-position counters
+    scalars, _ = level_metrics({**metrics, "client": None})
+    assert scalars["al_engine_steps"] == engine_steps["al_token_weighted"]
+    assert scalars["al_server"] == result.extras["server_al"]

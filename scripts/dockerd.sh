@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # A Docker engine for the container tests: Debian's docker.io and mmdebstrap, and a dockerd
-# started in the background (there is no service manager here). Idempotent.
+# started in the background (there is no service manager here). openssh-server lets a test
+# reach the same daemon as a remote ssh:// Docker host (the test starts its own sshd on a free
+# port with its own keys; nothing here touches ~/.ssh). Idempotent.
 set -euo pipefail
-if ! command -v dockerd >/dev/null || ! command -v mmdebstrap >/dev/null; then
+if ! command -v dockerd >/dev/null || ! command -v mmdebstrap >/dev/null \
+  || ! [ -x /usr/sbin/sshd ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq docker.io mmdebstrap >/dev/null
+  apt-get install -y -qq docker.io mmdebstrap openssh-server openssh-client >/dev/null
 fi
 if ! docker info >/dev/null 2>&1; then
   mkdir -p .run

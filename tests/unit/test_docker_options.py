@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
 
 import pytest
 
 from speedbench.config import ConfigError, EngineConfig, SpecConfig, load_config
-from speedbench.engines.docker import container_options, device_requests
+from speedbench.engines.docker import (
+    container_options,
+    device_requests,
+    launch_files_archive,
+    remote_host,
+)
 
 
 def test_gpu_requests_follow_docker_run_gpus():
@@ -56,3 +63,38 @@ def test_hub_ids_pass_through_unmounted():
     opts = container_options(engine, SpecConfig())
     assert opts["volumes"] == {}
     assert "meta-llama/Llama-3.3-70B-Instruct" in opts["command"]
+
+
+def test_on_a_remote_host_absolute_paths_are_directories_there(tmp_path, monkeypatch):
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    engine = EngineConfig(
+        model="/srv/models/llama-70b", launcher="docker", docker_host="ssh://me@gpu-host"
+    )
+    spec = SpecConfig(method="eagle3", num_speculative_tokens=3, draft_model="org/eagle3-head")
+    opts = container_options(engine, spec)
+    # Neither path exists here: the target is mounted from the GPU host, the hub id passes.
+    assert opts["volumes"] == {"/srv/models/llama-70b": {"bind": "/models/target", "mode": "ro"}}
+    cmd = opts["command"]
+    assert cmd[cmd.index("--model") + 1] == "/models/target"
+    assert json.loads(cmd[cmd.index("--speculative-config") + 1])["model"] == "org/eagle3-head"
+
+
+def test_which_hosts_are_remote(monkeypatch):
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    assert remote_host(EngineConfig(model="m")) is None
+    assert remote_host(EngineConfig(model="m", docker_host="unix:///var/run/docker.sock")) is None
+    assert remote_host(EngineConfig(model="m", docker_host="ssh://gpu")) == "ssh://gpu"
+    monkeypatch.setenv("DOCKER_HOST", "tcp://10.0.0.5:2376")
+    assert remote_host(EngineConfig(model="m")) == "tcp://10.0.0.5:2376"
+
+
+def test_launch_files_are_one_world_readable_folder():
+    data = launch_files_archive({"b.yaml": "speculative_config: {}\n", "a.txt": "x"})
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        members = [(m.name, m.type, oct(m.mode)) for m in tar.getmembers()]
+        assert tar.extractfile("speedbench/b.yaml").read() == b"speculative_config: {}\n"
+    assert members == [
+        ("speedbench", tarfile.DIRTYPE, "0o755"),
+        ("speedbench/a.txt", tarfile.REGTYPE, "0o644"),
+        ("speedbench/b.yaml", tarfile.REGTYPE, "0o644"),
+    ]

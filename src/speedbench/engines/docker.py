@@ -2,11 +2,16 @@
 
 Given an ``EngineConfig`` (``launcher: docker``) and a ``SpecConfig``, the launcher connects to a
 Docker daemon (``engine.docker_host``, else ``DOCKER_HOST``, else the local socket; ``ssh://``
-reaches a remote GPU host), creates the engine's container and waits for its health endpoint.
+reaches a remote GPU host through the system ssh client), creates the engine's container and
+waits for its health endpoint.
 
 - **Command**: the container spec's entrypoint plus the adapter's server arguments, with the
-  model paths as the container sees them (local model directories are mounted read-only at
-  ``/models/target`` and ``/models/draft``; hub ids are passed through).
+  model paths as the container sees them: model directories are mounted read-only at
+  ``/models/target`` and ``/models/draft`` (on a remote host, absolute paths are directories
+  on that host); hub ids are passed through. Launch files (TensorRT-LLM's options YAML) are
+  copied into the container under ``/speedbench``, so they reach a remote host too.
+- **Remote hosts**: the port is published on the Docker host at ``engine.host``, which is also
+  where the client connects: set it to the GPU host's address (or tunnel the port).
 - **GPUs**: ``engine.gpus`` becomes a device request in the create call (``all``, a count, or
   ``device=0,1``). A host without the NVIDIA runtime refuses it with a one-line error.
 - **Isolation**: the container runs as the image's unprivileged user with all capabilities
@@ -24,7 +29,9 @@ reaches a remote GPU host), creates the engine's container and waits for its hea
 from __future__ import annotations
 
 import contextlib
+import io
 import os
+import tarfile
 import threading
 import uuid
 from collections.abc import Iterator
@@ -43,21 +50,36 @@ LABEL = "speedbench"
 TARGET_MOUNT = "/models/target"
 DRAFT_MOUNT = "/models/draft"
 FILES_MOUNT = "/speedbench"
+REMOTE_SCHEMES = ("ssh://", "tcp://", "http://", "https://")
+
+
+def remote_host(engine: EngineConfig) -> str | None:
+    """The Docker host's URL when the daemon is on another machine (None for a local socket)."""
+    host = engine.docker_host or os.environ.get("DOCKER_HOST") or ""
+    return host if host.startswith(REMOTE_SCHEMES) else None
 
 
 def docker_client(engine: EngineConfig) -> Any:
-    """A client of the engine's Docker daemon, with a one-line error when there is none."""
+    """A client of the engine's Docker daemon, with a one-line error when there is none.
+
+    ``ssh://`` hosts go through the system ``ssh`` client (docker SDK ``use_ssh_client``), so
+    the user's ``~/.ssh/config``, agent and jump hosts apply as they do for the docker CLI.
+    """
     import docker
 
+    ssh = (engine.docker_host or os.environ.get("DOCKER_HOST") or "").startswith("ssh://")
     try:
         if engine.docker_host:
-            client = docker.DockerClient(base_url=engine.docker_host, timeout=120)
+            client = docker.DockerClient(
+                base_url=engine.docker_host, timeout=120, use_ssh_client=ssh
+            )
         else:
-            client = docker.from_env(timeout=120)
+            client = docker.from_env(timeout=120, use_ssh_client=ssh)
         client.ping()
     except docker.errors.DockerException as exc:
         where = engine.docker_host or os.environ.get("DOCKER_HOST") or "the local socket"
-        raise EngineError(f"no Docker daemon at {where}: {exc}") from None
+        detail = " ".join(str(exc).split())
+        raise EngineError(f"no Docker daemon at {where}: {detail}") from None
     return client
 
 
@@ -75,34 +97,43 @@ def device_requests(gpus: str | None) -> list[Any]:
     return [DeviceRequest(count=int(gpus), capabilities=[["gpu"]])]
 
 
-def _mounted(path: str | None, mount: str, volumes: dict[str, dict[str, str]]) -> str | None:
-    """``path`` as the container sees it: a local directory is mounted read-only."""
-    if path and Path(path).is_dir():
-        volumes[str(Path(path).resolve())] = {"bind": mount, "mode": "ro"}
-        return mount
-    return path
+def _mounted(
+    path: str | None, mount: str, volumes: dict[str, dict[str, str]], remote: bool
+) -> str | None:
+    """``path`` as the container sees it: a model directory is mounted read-only.
+
+    On a local daemon a directory that exists here is mounted. On a remote daemon the files are
+    on that host, so an absolute path is taken as a directory there; anything else is a hub id.
+    """
+    if not path:
+        return path
+    if remote:
+        host_dir = path if path.startswith("/") else None
+    else:
+        host_dir = str(Path(path).resolve()) if Path(path).is_dir() else None
+    if host_dir is None:
+        return path
+    volumes[host_dir] = {"bind": mount, "mode": "ro"}
+    return mount
 
 
-def container_options(
-    engine: EngineConfig, spec: SpecConfig, files_dir: Path | None = None
-) -> dict[str, Any]:
+def container_options(engine: EngineConfig, spec: SpecConfig) -> dict[str, Any]:
     """Everything of the ``containers.create`` call for this engine and SD configuration."""
     adapter = get_engine(engine.kind)
     image_spec = container_spec(engine.kind)
+    remote = remote_host(engine) is not None
     volumes: dict[str, dict[str, str]] = {}
     inside = engine.model_copy(
         update={
-            "model": _mounted(engine.model, TARGET_MOUNT, volumes),
+            "model": _mounted(engine.model, TARGET_MOUNT, volumes, remote),
             "tokenizer": None,
             "host": "0.0.0.0",  # inside the container; the published port picks the address
             "port": image_spec.port,
         }
     )
     inside_spec = spec.model_copy(
-        update={"draft_model": _mounted(spec.draft_model, DRAFT_MOUNT, volumes)}
+        update={"draft_model": _mounted(spec.draft_model, DRAFT_MOUNT, volumes, remote)}
     )
-    if files_dir is not None:
-        volumes[str(files_dir.resolve())] = {"bind": FILES_MOUNT, "mode": "ro"}
     command = adapter.server_args(inside, inside_spec)
     return {
         "image": engine.image or image_spec.image,
@@ -119,6 +150,26 @@ def container_options(
         "name": f"{LABEL}-{engine.kind}-{spec.label}-{uuid.uuid4().hex[:8]}",
         "detach": True,
     }
+
+
+def launch_files_archive(files: dict[str, str]) -> bytes:
+    """A tar of the adapter's launch files under ``FILES_MOUNT``, readable by any user.
+
+    They are copied into the created container (``put_archive``) rather than bind-mounted, so
+    they reach a remote Docker host too.
+    """
+    buffer = io.BytesIO()
+    root = FILES_MOUNT.strip("/")
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        folder = tarfile.TarInfo(root)
+        folder.type, folder.mode = tarfile.DIRTYPE, 0o755
+        tar.addfile(folder)
+        for name, text in sorted(files.items()):
+            data = text.encode()
+            info = tarfile.TarInfo(f"{root}/{name}")
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
 
 
 class _LogPump:
@@ -173,13 +224,13 @@ def launch_docker(
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_bytes(b"")
-    files_dir = log_path.parent / "engine-files"
     files = adapter.launch_files(engine, spec) if hasattr(adapter, "launch_files") else {}
-    if files:
+    if files:  # kept next to the log, as a record of what the engine was started with
+        files_dir = log_path.parent / "engine-files"
         files_dir.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
             (files_dir / name).write_text(text)
-    options = container_options(engine, spec, files_dir if files else None)
+    options = container_options(engine, spec)
     client = docker_client(engine)
     container = None
     pump = None
@@ -191,6 +242,8 @@ def launch_docker(
                 f"image {options['image']} is not on the Docker host; pull it there "
                 "(or run containers/build.sh for speedbench/vllm-cpu)"
             ) from None
+        if files:
+            container.put_archive("/", launch_files_archive(files))
         header = "$ docker run " + " ".join(
             redact_args([options["image"], *options["entrypoint"], *options["command"]])
         )

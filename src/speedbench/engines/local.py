@@ -73,7 +73,7 @@ def check_available(engine: EngineConfig) -> None:
         engine_python(engine)
     else:
         from speedbench.engines.containers import container_spec
-        from speedbench.engines.docker import docker_client
+        from speedbench.engines.docker import docker_client, remote_host
 
         image = engine.image or container_spec(engine.kind).image
         client = docker_client(engine)
@@ -86,7 +86,7 @@ def check_available(engine: EngineConfig) -> None:
             ) from None
         finally:
             client.close()
-        if engine.docker_host and not engine.docker_host.startswith("unix://"):
+        if remote_host(engine):
             return  # the port is on the remote host
     with socket.socket() as sock:
         # As servers do: connections of a server that just stopped (TIME_WAIT) do not block a

@@ -17,6 +17,7 @@ from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import EngineConfig, SpecConfig, SweepConfig
 from speedbench.data.prompts import PromptRow, PromptSetError, load_prompt_file, mtbench_prompts
 from speedbench.measure import cpu_vllm_engine
+from speedbench.models import resolve_dtype
 
 SPLIT_STAGES = {"qualitative": "build_qualitative", "throughput": "build_throughput"}
 
@@ -82,7 +83,12 @@ def sweep_items(sweep: SweepConfig) -> dict[str, list[WorkItem]]:
 
 
 def engine_config(sweep: SweepConfig, target: str) -> EngineConfig:
-    """The engine of a sweep; vLLM without GPUs (process or container) gets the CPU settings."""
+    """The engine of a sweep; vLLM without GPUs (process or container) gets the CPU settings.
+
+    On the CPU, ``auto`` is resolved here, to the dtype the weights were provisioned in: vLLM's
+    own ``auto`` picks bfloat16 on every x86 CPU (its CPU platform lists bf16 first), which
+    without native bf16 is emulated and decoded about 3x slower than float32 on an AVX2 host.
+    """
     where = {
         "launcher": sweep.launcher,
         "host": sweep.host,
@@ -93,7 +99,7 @@ def engine_config(sweep: SweepConfig, target: str) -> EngineConfig:
         "gpus": sweep.gpus,
     }
     if sweep.engine == "vllm" and sweep.launcher != "external" and sweep.gpus is None:
-        return cpu_vllm_engine(target, **where)
+        return cpu_vllm_engine(target, **{**where, "dtype": resolve_dtype(sweep.dtype)})
     return EngineConfig(kind=sweep.engine, model=target, **where)
 
 

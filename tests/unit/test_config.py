@@ -174,6 +174,18 @@ def test_preferred_cpu_dtype_follows_native_bf16():
     assert preferred_cpu_dtype("") == "float32"
 
 
+@pytest.mark.parametrize("native", ["bfloat16", "float32"])
+def test_the_cpu_engine_gets_the_provisioned_dtype_not_vllms_auto(monkeypatch, native):
+    import speedbench.models
+    from speedbench.sweep import engine_config
+
+    monkeypatch.setattr(speedbench.models, "preferred_cpu_dtype", lambda: native)
+    assert engine_config(SweepConfig(), "/m").dtype == native
+    assert engine_config(SweepConfig(dtype="float32"), "/m").dtype == "float32"
+    # A GPU engine decides for itself from its checkpoint.
+    assert engine_config(SweepConfig(gpus="all"), "/m").dtype == "auto"
+
+
 def test_summary_table_lists_per_category_al():
     from speedbench.cli import format_summary
 

@@ -87,7 +87,8 @@ def engine_config(sweep: SweepConfig, target: str) -> EngineConfig:
 
     On the CPU, ``auto`` is resolved here, to the dtype the weights were provisioned in: vLLM's
     own ``auto`` picks bfloat16 on every x86 CPU (its CPU platform lists bf16 first), which
-    without native bf16 is emulated and decoded about 3x slower than float32 on an AVX2 host.
+    without native bf16 is emulated (0.87x the float32 speed on an AVX2 host,
+    ``benchmarks/dtype.py``) and gives other numerics than the provisioned weights.
     """
     where = {
         "launcher": sweep.launcher,

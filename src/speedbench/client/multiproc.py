@@ -23,6 +23,7 @@ import multiprocessing as mp
 import os
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -43,6 +44,8 @@ from speedbench.client.selfmeasure import WorkerMonitor, client_report
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineAdapter
 from speedbench.records import RecordSink, RequestRecord, read_jsonl
+
+READY_TIMEOUT_S = 30.0  # how long the start waits for every worker to be ready to send
 
 
 class SharedClaims:
@@ -84,14 +87,17 @@ def _worker(
     settings: LoadSettings,
     tokenizer: object,
     claims: SharedClaims,
-    go: mp.synchronize.Event,
+    ready: mp.synchronize.Barrier,
     parts: Path,
 ) -> None:
     # Ctrl-C goes to the whole foreground group; the parent decides, workers just finish.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     monitor = WorkerMonitor()
-    go.wait()
     with RecordSink(parts / f"worker{worker}.jsonl") as sink:
+        # All workers start sending together: a worker scheduled late on a busy host would
+        # otherwise leave the others holding only their share of the N streams for a while.
+        with contextlib.suppress(threading.BrokenBarrierError):
+            ready.wait(timeout=READY_TIMEOUT_S)
         run_async(
             drive(
                 engine,
@@ -154,7 +160,8 @@ def run_multiprocess(
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     ctx = mp.get_context("fork")
     claims = SharedClaims(ctx, len(items))
-    go = ctx.Event()
+    slots = slot_counts(settings.batch_size, workers)
+    ready = ctx.Barrier(len(slots) + 1)
     with contextlib.ExitStack() as stack:
         if parts_dir is None:
             parts_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sb-parts-")))
@@ -164,15 +171,17 @@ def run_multiprocess(
         procs = [
             ctx.Process(
                 target=_worker,
-                args=(w, n, engine, spec, adapter, items, settings, tokenizer, claims, go),
+                args=(w, n, engine, spec, adapter, items, settings, tokenizer, claims, ready),
                 kwargs={"parts": parts_dir},
                 name=f"speedbench-client-{w}",
                 daemon=True,
             )
-            for w, n in enumerate(slot_counts(settings.batch_size, workers))
+            for w, n in enumerate(slots)
         ]
         for proc in procs:
             proc.start()
+        with contextlib.suppress(threading.BrokenBarrierError):  # a worker died before it
+            ready.wait(timeout=READY_TIMEOUT_S)  # was ready: its prompts become client_died
         total = sum(it.num_turns for it in items)
         bar = tqdm(
             total=total,
@@ -181,7 +190,6 @@ def run_multiprocess(
             disable=not settings.show_progress,
         )
         t0 = time.perf_counter()
-        go.set()
         try:
             while any(p.is_alive() for p in procs):
                 bar.update(claims.done.value - bar.n)

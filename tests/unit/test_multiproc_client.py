@@ -54,8 +54,10 @@ def test_exactly_n_in_flight_across_workers(paced_server, batch_size, workers):
     assert len(result.records) == batch_size * 6 and all(r.ok for r in result.records)
     assert stats["max_active"] == batch_size  # never more than N open streams ...
     arrivals = {int(k): v for k, v in stats["active_at_arrival"].items()}
-    # ... and N of them again each time a finished stream's slot sends its next request
-    assert max(arrivals, key=arrivals.get) == batch_size
+    # ... and N again after the ramp-up, when finished streams' slots send their next requests.
+    # (Not "most arrivals see N": with the server and two workers on two busy cores, a refill
+    # can land while another finished slot is still between requests.)
+    assert arrivals.get(batch_size, 0) > 1
     assert result.extras["client"]["workers"] == workers
 
 

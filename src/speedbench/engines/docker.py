@@ -67,7 +67,8 @@ def docker_client(engine: EngineConfig) -> Any:
     """
     import docker
 
-    ssh = (engine.docker_host or os.environ.get("DOCKER_HOST") or "").startswith("ssh://")
+    where = engine.docker_host or os.environ.get("DOCKER_HOST") or ""
+    ssh = where.startswith("ssh://")
     try:
         if engine.docker_host:
             client = docker.DockerClient(
@@ -77,9 +78,8 @@ def docker_client(engine: EngineConfig) -> Any:
             client = docker.from_env(timeout=120, use_ssh_client=ssh)
         client.ping()
     except docker.errors.DockerException as exc:
-        where = engine.docker_host or os.environ.get("DOCKER_HOST") or "the local socket"
         detail = " ".join(str(exc).split())
-        raise EngineError(f"no Docker daemon at {where}: {detail}") from None
+        raise EngineError(f"no Docker daemon at {where or 'the local socket'}: {detail}") from None
     return client
 
 

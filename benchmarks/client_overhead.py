@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from speedbench.client.loadgen import LoadSettings, WorkItem, run_load
+from speedbench.client.loadgen import LoadSettings, WorkItem
+from speedbench.client.run import run_load
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.engines.local import free_port

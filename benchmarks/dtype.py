@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 
-from speedbench.client.loadgen import LoadSettings, run_load
+from speedbench.client.loadgen import LoadSettings
+from speedbench.client.run import run_load
 from speedbench.config import SpecConfig
 from speedbench.data.prompts import mtbench_prompts
 from speedbench.engines.local import free_port, launch_local
-from speedbench.measure import cpu_vllm_engine
+from speedbench.level import cpu_vllm_engine
 from speedbench.metrics.latency import summarize_load
 from speedbench.models import provision
 from speedbench.tokenize import PromptTokenizer

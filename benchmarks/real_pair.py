@@ -9,15 +9,15 @@ and the speedup, at each batch size, on a handful of real MT-Bench prompts (firs
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from speedbench.client.loadgen import LoadSettings
 from speedbench.config import SpecConfig
 from speedbench.data.prompts import mtbench_prompts
 from speedbench.engines.local import free_port
-from speedbench.measure import cpu_vllm_engine, measure
+from speedbench.level import cpu_vllm_engine
 from speedbench.models import provision, resolve_dtype
+from speedbench.sweep import run_grid
 from speedbench.tokenize import PromptTokenizer
 
 CATEGORIES = ("coding", "math", "writing", "reasoning", "stem", "humanities")
@@ -50,27 +50,27 @@ def main() -> None:
         SpecConfig(),
         SpecConfig(method="draft_model", num_speculative_tokens=args.k, draft_model=str(draft)),
     ]
-    summary = measure(
+    summary = run_grid(
         engine,
         specs,
-        items,
+        {"mtbench-first-turns": items},
         args.batch_size,
         args.out,
-        settings=LoadSettings(max_tokens=args.max_tokens, split="mtbench-first-turns"),
+        settings=LoadSettings(max_tokens=args.max_tokens),
         tokenizer=PromptTokenizer.from_pretrained(str(target)),
     )
     print(f"\nreal pair, {len(items)} prompts x {args.max_tokens} tokens, dtype {args.dtype}")
     head = ("config", "bs", "tok/s", "AL stream", "AL ctr", "speedup")
     print(f"{head[0]:>16}", " ".join(f"{h:>10}" for h in head[1:]), " cond AR (counters)")
-    for row in summary["levels"]:
-        cells = [row["config"], row["batch_size"], row["output_throughput_tok_s"]]
-        cells += [row.get(key, float("nan")) for key in ("al_stream", "al_counters", "speedup")]
+    for row in summary.levels:
+        cells = [row.config, row.batch_size, row.output_throughput_tok_s]
+        cells += [getattr(row, key) for key in ("al_stream", "al_counters", "speedup")]
         text = f"{cells[0]:>16} " + " ".join(
             f"{c:>10.3f}" if isinstance(c, float) else f"{c!s:>10}" for c in cells[1:]
         )
-        ar = [round(x, 3) for x in row.get("conditional_ar_counters", [])]
+        ar = [None if x is None else round(x, 3) for x in row.conditional_ar_counters or []]
         print(text, "", ar)
-    Path(args.out, "bench.json").write_text(json.dumps(summary, indent=2))
+    Path(args.out, "bench.json").write_text(summary.model_dump_json(indent=2))
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from prefect import serve
 
-from flows.aggregate import aggregate
 from flows.build_splits import build_splits
+from flows.category_table import category_table
 from flows.report import report
 from flows.sweep import sweep
 
@@ -27,7 +27,7 @@ def main() -> None:
             tags=["speedbench"],
         ),
         build_splits.to_deployment(name="build_splits", tags=["speedbench"]),
-        aggregate.to_deployment(name="aggregate", tags=["speedbench"]),
+        category_table.to_deployment(name="category_table", tags=["speedbench"]),
         report.to_deployment(name="report", tags=["speedbench"]),
     )
 

@@ -1,8 +1,10 @@
-"""Command line: ``speedbench provision``, ``build-qualitative``, ``fetch-hub`` and ``measure``.
+"""Command line: ``speedbench sweep``, ``provision``, ``build-qualitative``, ``report``, ...
 
-Argument parsing and printing live here; the work is in :mod:`speedbench.measure` and
-:mod:`speedbench.models`. Every anticipated failure ends with one line on stderr and exit code 2;
-a sweep in which some configs failed writes all results and exits 3.
+Argument parsing and printing live here; the work is in the core modules. ``speedbench sweep``'s
+flags are generated from :class:`~speedbench.config.SweepConfig`, the Prefect sweep form, so the
+two are one set of fields with one validation and one help text each. Every entry point ends
+through :func:`speedbench.errors.finish`: one line on stderr and exit 2 for bad input, 3 when a
+configuration failed (all results kept), 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -10,54 +12,30 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import types
+import typing
 from pathlib import Path
+from typing import Any
 
-from speedbench.client.loadgen import LoadSettings
+from pydantic import BaseModel
+
 from speedbench.config import (
-    SPEC_METHODS,
     ConfigError,
-    EngineConfig,
-    SpecConfig,
+    SweepConfig,
     load_config,
     load_params,
+    read_config_file,
 )
-from speedbench.data.corpora import CorpusError
-from speedbench.data.embed import EmbedderError
-from speedbench.data.prompts import (
-    PromptSetError,
-    load_prompt_file,
-    mtbench_prompts,
-    write_prompt_file,
-)
-from speedbench.data.sources import SourceError
-from speedbench.data.throughput import ThroughputError
-from speedbench.engines.base import EngineError
-from speedbench.measure import cpu_vllm_engine, measure
-from speedbench.models import (
-    PACKAGED_MODELS,
-    ProvisionError,
-    provision,
-    resolve_dtype,
-    resolve_model,
-)
-from speedbench.pypi import FetchError
-from speedbench.sweep import select_prompts
-from speedbench.tokenize import PromptTokenizer, TokenizationError
+from speedbench.data.prompts import PromptSetError, write_prompt_file
+from speedbench.errors import finish
+from speedbench.models import PACKAGED_MODELS, provision, resolve_dtype, resolve_model
+from speedbench.report.text import format_summary
+from speedbench.tokenize import PromptTokenizer
 
 DTYPES = ["auto", "float32", "bfloat16"]
 DTYPE_HELP = "weights/compute dtype; auto = bfloat16 on CPUs with native bf16, else float32"
-EXPECTED_ERRORS = (
-    ConfigError,
-    EmbedderError,
-    EngineError,
-    FetchError,
-    PromptSetError,
-    ProvisionError,
-    SourceError,
-    ThroughputError,
-    CorpusError,
-    TokenizationError,
-)
+# The MLflow side of the form: the CLI writes files only (``python -m flows.sweep`` tracks).
+TRACKING_FIELDS = frozenset({"tracking_uri", "experiment"})
 
 
 def _provision(args: argparse.Namespace) -> None:
@@ -102,7 +80,7 @@ def _report(args: argparse.Namespace) -> None:
 
 
 def _verify_reference(args: argparse.Namespace) -> None:
-    from speedbench.pipeline import ACCEPTANCE_FILE, THROUGHPUT_FILE, compare_acceptance
+    from speedbench.stages import ACCEPTANCE_FILE, THROUGHPUT_FILE, compare_acceptance
 
     ref_root, new_root = Path(args.reference), Path(args.results)
     stages = sorted(p.parent.name for p in ref_root.glob(f"*/{ACCEPTANCE_FILE}"))
@@ -176,91 +154,83 @@ def _fetch_hub(args: argparse.Namespace) -> None:
     print(f"{len(rows)} prompts -> {path}")
 
 
-def _measure(args: argparse.Namespace) -> None:
-    dtype = resolve_dtype(args.dtype)
-    target = resolve_model(args.model, dtype=dtype)
-    draft = resolve_model(args.draft_model, dtype=dtype) if args.draft_model else None
-    if args.url:
-        host, _, port = args.url.removeprefix("http://").rstrip("/").partition(":")
-        engine = load_config(
-            EngineConfig,
-            {"model": target, "launcher": "external", "host": host, "port": int(port or 80)},
+def _sweep(args: argparse.Namespace) -> Any:
+    from speedbench.plan import sweep_items
+    from speedbench.sweep import run_sweep
+
+    fields = read_config_file(args.config) if args.config else {}
+    fields.update(flags_given(args, SweepConfig))
+    unknown = TRACKING_FIELDS & set(fields)
+    if unknown:
+        raise ConfigError(
+            f"{sorted(unknown)} are MLflow settings: `speedbench sweep` writes files only; "
+            "use `python -m flows.sweep --config FILE` for a tracked sweep"
         )
-    else:
-        engine = cpu_vllm_engine(target, port=args.port, dtype=dtype)
-    specs = [SpecConfig()] if args.baseline else []
-    for method in args.method:
-        if method == "none":
-            continue
-        specs.append(
-            load_config(
-                SpecConfig,
-                {
-                    "method": method,
-                    "num_speculative_tokens": args.k,
-                    "draft_model": draft if method in ("draft_model", "eagle", "eagle3") else None,
-                },
-            )
-        )
-    if not specs:
-        specs = [SpecConfig()]
-    rows = load_prompt_file(args.prompts) if args.prompts else mtbench_prompts()
-    rows = select_prompts(rows, args.categories, args.per_category, args.limit)
+    config = load_config(SweepConfig, fields)
+    dtype = resolve_dtype(config.dtype)
+    target = resolve_model(config.model, dtype=dtype)
+    draft = resolve_model(config.draft_model, dtype=dtype) if config.draft_model else None
     tokenizer = PromptTokenizer.from_pretrained(target)
-    settings = LoadSettings(
-        max_tokens=args.max_tokens,
-        temperature=args.temperature,
-        split=args.split,
-        workers=args.workers,
-    )
-    summary = measure(
-        engine,
-        specs,
-        [r.work_item(first_turn_only=not args.multiturn) for r in rows],
-        args.batch_size,
-        args.out,
-        settings=settings,
-        tokenizer=tokenizer,
-    )
+    summary = run_sweep(config, target, draft, sweep_items(config), tokenizer)
     print(format_summary(summary))
-    print(f"results: {Path(args.out).resolve()}")
-    for plot in summary.get("plots", []):
+    print(f"results: {(Path(config.out_dir) / config.name).resolve()}")
+    for plot in summary.plots:
         print(f"plot: {plot}")
-    for failure in summary.get("failures", []):
-        print(f"FAILED {failure['config']}: {failure['error']}", file=sys.stderr)
-    if summary.get("failures"):
-        raise SystemExit(3)
+    return summary
 
 
-def format_summary(summary: dict) -> str:
-    """A plain table of the measured levels, one row per (config, batch size)."""
-    cols = {
-        "batch_size": "bs",
-        "output_throughput_tok_s": "tok/s",
-        "al_stream": "AL stream",
-        "al_counters": "AL counters",
-        "speedup": "speedup",
-        "error_rate": "errors",
-    }
-    lines = [f"{'config':>16} " + " ".join(f"{h:>12}" for h in cols.values())]
-    for row in summary["levels"]:
-        cells = []
-        for key in cols:
-            v = row.get(key)
-            cells.append(
-                f"{v:>12.3f}" if isinstance(v, float) else f"{'-' if v is None else v!s:>12}"
-            )
-        lines.append(f"{row['config']:>16} " + " ".join(cells))
-    sd_rows = [r for r in summary["levels"] if r.get("al_by_category")]
-    if sd_rows:
-        cats = sorted({c for r in sd_rows for c in r["al_by_category"]})
-        lines += ["", "AL (stream, token-weighted) by category"]
-        lines.append(f"{'config':>16} {'bs':>4} " + " ".join(f"{c[:11]:>11}" for c in cats))
-        for r in sd_rows:
-            vals = [r["al_by_category"].get(c) for c in cats]
-            cells = " ".join(f"{v:>11.3f}" if isinstance(v, float) else f"{'-':>11}" for v in vals)
-            lines.append(f"{r['config']:>16} {r['batch_size']:>4} {cells}")
-    return "\n".join(lines)
+def add_model_flags(
+    parser: argparse.ArgumentParser, model: type[BaseModel], exclude: frozenset[str] = frozenset()
+) -> None:
+    """One ``--flag`` per field of ``model``, with the field's description as its help.
+
+    Flags carry no defaults and no validation of their own: what is given is validated by the
+    model (one-line errors from :func:`speedbench.config.load_config`), and what is not takes
+    the model's default, shown in the help.
+    """
+    for name, field in model.model_fields.items():
+        if name in exclude:
+            continue
+        flag = "--" + name.replace("_", "-")
+        default = field.get_default(call_default_factory=True)
+        shown = "" if default is None else f" (default: {_show(default)})"
+        kwargs: dict[str, Any] = {
+            "dest": name,
+            "default": argparse.SUPPRESS,
+            "help": (field.description or "") + shown,
+        }
+        inner, is_list = _flag_type(field.annotation)
+        if inner is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            if is_list:
+                kwargs["nargs"] = "+"
+            if typing.get_origin(inner) is typing.Literal:
+                kwargs["choices"] = list(typing.get_args(inner))
+                kwargs["metavar"] = name.upper()
+                kwargs["help"] += f"; one of: {', '.join(map(str, kwargs['choices']))}"
+            elif inner in (int, float):
+                kwargs["type"] = inner
+        parser.add_argument(flag, **kwargs)
+
+
+def flags_given(args: argparse.Namespace, model: type[BaseModel]) -> dict[str, Any]:
+    """The model's fields that were given on the command line."""
+    return {k: v for k, v in vars(args).items() if k in model.model_fields}
+
+
+def _flag_type(annotation: Any) -> tuple[Any, bool]:
+    """(the flag's scalar type, whether it takes a list) of a field annotation."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        annotation = args[0]
+    if typing.get_origin(annotation) is list:
+        return typing.get_args(annotation)[0], True
+    return annotation, False
+
+
+def _show(value: Any) -> str:
+    return " ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -312,29 +282,18 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--out", required=True, help="JSONL prompt set to write")
     h.set_defaults(func=_fetch_hub)
 
-    m = sub.add_parser("measure", help="measure a prompt set on an engine")
-    m.add_argument(
-        "--model", default="qwen2.5-coder-1.5b-instruct", help="packaged name, path or HF id"
+    sw = sub.add_parser(
+        "sweep",
+        help="measure SD configs x batch sizes x splits on an engine (files only, no MLflow)",
+        description="The sweep form of the Prefect UI as flags; see SweepConfig. A no-SD "
+        "baseline is always measured, so every SD level has a speedup. Levels already on disk "
+        "with the same settings are kept (use --force to re-measure).",
     )
-    m.add_argument("--draft-model", default=None, help="draft weights for draft_model/eagle")
-    m.add_argument("--method", nargs="+", default=["none"], choices=SPEC_METHODS)
-    m.add_argument("--k", type=int, default=3, help="draft length")
-    m.add_argument("--baseline", action="store_true", help="also measure without SD (for speedup)")
-    m.add_argument("--batch-size", type=int, nargs="+", default=[1])
-    m.add_argument("--prompts", default=None, help="JSONL/Parquet prompt set (default: MT-Bench)")
-    m.add_argument("--categories", nargs="*", default=None)
-    m.add_argument("--per-category", type=int, default=None, help="first N of each category")
-    m.add_argument("--limit", type=int, default=None, help="first N prompts only")
-    m.add_argument("--multiturn", action="store_true", help="send every turn, not just the first")
-    m.add_argument("--max-tokens", type=int, default=96)
-    m.add_argument("--temperature", type=float, default=0.0)
-    m.add_argument("--split", default="mtbench")
-    m.add_argument("--dtype", default="auto", choices=DTYPES, help=DTYPE_HELP)
-    m.add_argument("--port", type=int, default=8000)
-    m.add_argument("--url", default=None, help="use a running server instead of launching one")
-    m.add_argument("--workers", type=int, default=0, help="client processes (0: automatic)")
-    m.add_argument("--out", default="results/measure")
-    m.set_defaults(func=_measure)
+    sw.add_argument(
+        "--config", default=None, help="YAML or JSON of SweepConfig fields; flags override"
+    )
+    add_model_flags(sw, SweepConfig, exclude=TRACKING_FIELDS)
+    sw.set_defaults(func=_sweep)
 
     ss = sub.add_parser(
         "synthetic-server",
@@ -356,15 +315,7 @@ def _synthetic_server(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point."""
     args = build_parser().parse_args(argv)
-    try:
-        args.func(args)
-    except EXPECTED_ERRORS as exc:
-        print(f"speedbench: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("speedbench: interrupted; records written so far are kept", file=sys.stderr)
-        return 130
-    return 0
+    return finish(lambda: args.func(args))
 
 
 if __name__ == "__main__":

@@ -187,6 +187,14 @@ class SweepConfig(StrictModel):
     splits: list[SplitName] = Field(
         default=["qualitative"], min_length=1, description="Splits to run."
     )
+    prompt_file: str | None = Field(
+        default=None,
+        description="Your own JSONL or Parquet prompt set, measured as a split named after the "
+        "file (instead of splits).",
+    )
+    categories: list[str] | None = Field(
+        default=None, description="Only these categories of each split (None: all)."
+    )
     per_category: int | None = Field(
         default=None, ge=1, description="Use the first N prompts of each category (None: all)."
     )
@@ -194,7 +202,6 @@ class SweepConfig(StrictModel):
     multiturn: bool = Field(default=False, description="Send every turn of multi-turn prompts.")
     output_len: int = Field(default=96, ge=1, le=65536, description="Tokens generated a request.")
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature.")
-    repeats: int = Field(default=1, ge=1, le=100, description="Repeats of every configuration.")
     seed: int = Field(default=0, description="Seed for sampling and prompt order.")
     client_workers: int = Field(
         default=0,
@@ -235,6 +242,8 @@ class SweepConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check_grid(self) -> SweepConfig:
+        if self.prompt_file is not None and "splits" in self.model_fields_set:
+            raise ValueError("give splits or prompt_file, not both")
         for name in ("draft_lengths", "batch_sizes"):
             values = getattr(self, name)
             bad = [v for v in values if v < 1]
@@ -257,6 +266,11 @@ class SweepConfig(StrictModel):
         if any(m in METHODS_NEEDING_DRAFT_MODEL for m in self.methods) and not self.draft_model:
             raise ValueError("draft_model is required when methods include a model-based drafter")
         return self
+
+    @property
+    def split_names(self) -> list[str]:
+        """The splits measured: ``splits``, or the prompt file's name."""
+        return [Path(self.prompt_file).stem] if self.prompt_file else list(self.splits)
 
     def spec_configs(self) -> list[SpecConfig]:
         """Expand methods x draft lengths into SpecConfigs; 'none' appears once.
@@ -323,4 +337,16 @@ def load_params(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: malformed YAML{where}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping")
+    return data
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """A YAML or JSON file of config fields, with a one-line error when it cannot be read."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        detail = " ".join(str(exc).split())
+        raise ConfigError(f"{path}: cannot read a config file ({detail})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of config fields")
     return data

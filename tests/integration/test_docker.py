@@ -20,8 +20,9 @@ from speedbench.config import SpecConfig
 from speedbench.engines.base import EngineError
 from speedbench.engines.docker import launch_docker, leftover_containers
 from speedbench.engines.local import free_port
-from speedbench.measure import cpu_vllm_engine, measure
+from speedbench.level import cpu_vllm_engine
 from speedbench.records import read_parquet
+from speedbench.sweep import SweepHooks, run_grid
 from speedbench.tokenize import PromptTokenizer
 
 pytestmark = pytest.mark.integration
@@ -44,7 +45,7 @@ def docker_engine(model, **overrides):
 
 @pytest.fixture(scope="module")
 def both_launchers(tiny_pair, tmp_path_factory):
-    """The same one-config sweep (``measure``) through a local process and a container."""
+    """The same one-config sweep (``run_grid``) through a local process and a container."""
     target, draft = tiny_pair
     out = tmp_path_factory.mktemp("sweeps")
     spec = SpecConfig(method="draft_model", num_speculative_tokens=K, draft_model=str(draft))
@@ -58,17 +59,22 @@ def both_launchers(tiny_pair, tmp_path_factory):
         ("local", cpu_vllm_engine(str(target), port=free_port())),
         ("docker", docker_engine(target)),
     ):
-        summary = measure(
+
+        class SeeContainers(SweepHooks):
+            def level_done(self, point, level, row, n=name):
+                results.setdefault(f"{n}-containers", leftover_containers())
+
+        summary = run_grid(
             engine,
             [spec],
-            items,
+            {"hello": items},
             [2],
             out / name,
             settings=settings,
             tokenizer=tok,
-            on_level=lambda _, n=name: results.setdefault(f"{n}-containers", leftover_containers()),
+            hooks=SeeContainers(),
         )
-        (level,) = summary["levels"]
+        (level,) = summary.levels
         results[name] = level
         level_dir = out / name / spec.label / "hello" / "bs2"
         results[f"{name}-records"] = read_parquet(level_dir / "records.parquet")
@@ -86,8 +92,8 @@ def test_docker_and_local_give_the_same_tokens_and_acceptance(both_launchers):
         r.prompt_id: r.chunk_tokens for r in docker
     }
     for key in ("al_stream", "al_counters", "conditional_ar_counters"):
-        assert both_launchers["docker"][key] == both_launchers["local"][key]
-    assert both_launchers["docker"]["al_counters"] == K + 1
+        assert getattr(both_launchers["docker"], key) == getattr(both_launchers["local"], key)
+    assert both_launchers["docker"].al_counters == K + 1
 
 
 def test_the_container_was_labelled_and_logged(both_launchers):

@@ -30,8 +30,9 @@ from speedbench.engines.docker import (
     leftover_containers,
 )
 from speedbench.engines.local import free_port
-from speedbench.measure import cpu_vllm_engine, measure
+from speedbench.level import cpu_vllm_engine
 from speedbench.records import read_parquet
+from speedbench.sweep import run_grid
 from speedbench.tokenize import PromptTokenizer
 
 pytestmark = pytest.mark.integration
@@ -159,19 +160,19 @@ def test_a_sweep_through_an_ssh_host_measures_and_cleans_up(ssh_host, tiny_pair,
     settings = LoadSettings(
         batch_size=1, max_tokens=1 + 6 * (K + 1), show_progress=False, split="hello"
     )
-    summary = measure(
+    summary = run_grid(
         engine,
         [spec],
-        items,
+        {"hello": items},
         [1],
         tmp_path,
         settings=settings,
         tokenizer=PromptTokenizer.from_pretrained(str(target)),
     )
-    (level,) = summary["levels"]
+    (level,) = summary.levels
     (record,) = read_parquet(tmp_path / spec.label / "hello" / "bs1" / "records.parquet")
     assert record.ok and record.output_tokens == 1 + 6 * (K + 1)
-    assert level["al_counters"] == K + 1  # draft == target: every draft is accepted
+    assert level.al_counters == K + 1  # draft == target: every draft is accepted
     log = (tmp_path / spec.label / "engine.log").read_text()
     assert "Application startup complete" in log and "shutdown triggered" in log
     assert ssh_host.logins() > logins

@@ -91,9 +91,9 @@ def crashed(harness, qwen_small, tmp_path_factory):
 def test_the_killed_configuration_is_failed_with_its_partial_records(crashed):
     summary, client, root, _, killed = crashed
     assert killed
-    (failure,) = summary["failures"]
-    assert failure["config"] == "none"
-    assert failure["error"].startswith("engine exited with code -9 while measuring mtbench")
+    (failure,) = summary.failures
+    assert failure.config == "none"
+    assert failure.error.startswith("engine exited with code -9 while measuring mtbench")
     on_disk = read_jsonl(root / "out" / "crash" / "none" / "mtbench" / "bs1" / "records.jsonl")
     ok = [r for r in on_disk if r.ok]
     assert len(ok) >= 2 and all(r.output_tokens == 32 for r in ok)
@@ -117,7 +117,8 @@ def test_the_next_configuration_still_runs(crashed):
     assert ngram_run.info.status == "FINISHED"
     assert ngram_run.data.metrics["error_rate"] == 0.0
     assert ngram_run.data.metrics["al_stream"] > 1.0
-    assert [lv["config"] for lv in summary["levels"]] == ["ngram-k3"]
+    assert [lv.config for lv in summary.levels] == ["ngram-k3"]
+    assert summary.status == "failed"
     (parent,) = parents
     assert parent.info.status == "FAILED"  # a sweep with a failed configuration is not FINISHED
 

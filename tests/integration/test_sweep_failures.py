@@ -1,4 +1,8 @@
-"""A sweep whose SD config cannot start keeps going and reports the failure."""
+"""A sweep whose SD config cannot start keeps going and reports the failure (the CLI path).
+
+``speedbench sweep`` runs the same runner as the Prefect flow (tests/integration/
+test_fault_tolerance.py covers a killed engine, Ctrl-C and resume through the flow).
+"""
 
 from __future__ import annotations
 
@@ -6,37 +10,33 @@ import json
 
 import pytest
 
-from speedbench.client.loadgen import LoadSettings, WorkItem
-from speedbench.config import SpecConfig
+from speedbench.cli import main
 from speedbench.engines.local import free_port
-from speedbench.measure import cpu_vllm_engine, measure
-from speedbench.tokenize import PromptTokenizer
+from speedbench.results import SweepSummary
 
 pytestmark = pytest.mark.integration
 
 
-def test_failed_config_is_reported_and_the_sweep_continues(tiny_pair, tmp_path):
+def test_failed_config_is_reported_and_the_sweep_continues(tiny_pair, tmp_path, capsys):
     target, _ = tiny_pair
-    broken = SpecConfig(
-        method="draft_model", num_speculative_tokens=2, draft_model=str(tmp_path / "no-draft")
-    )
-    engine = cpu_vllm_engine(str(target), port=free_port(), env={"HF_HUB_OFFLINE": "1"})
-    summary = measure(
-        engine,
-        [broken, SpecConfig()],
-        [WorkItem("p0", "mixed", ("Say hello.",))],
-        [1],
-        tmp_path / "out",
-        settings=LoadSettings(max_tokens=8, show_progress=False, split="hello"),
-        tokenizer=PromptTokenizer.from_pretrained(str(target)),
-    )
-    (failure,) = summary["failures"]
-    assert failure["config"] == "draft_model-k2"
-    assert failure["error"].startswith("engine exited with code")
-    assert "no-draft" in failure["error"]
-    assert [(r["config"], r["batch_size"], r["error_rate"]) for r in summary["levels"]] == [
-        ("none", 1, 0.0)
+    prompts = tmp_path / "hello.jsonl"
+    prompts.write_text(json.dumps({"question_id": "p0", "category": "mixed", "turns": ["Hi."]}))
+    args = ["sweep", "--model", str(target), "--draft-model", str(tmp_path / "no-draft")]
+    args += ["--methods", "none", "draft_model", "--draft-lengths", "2", "--batch-sizes", "1"]
+    args += ["--prompt-file", str(prompts), "--output-len", "8", "--dtype", "float32"]
+    args += ["--port", str(free_port()), "--out-dir", str(tmp_path / "out"), "--name", "fail"]
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert "FAILED draft_model-k2: engine exited with code" in err
+    summary = SweepSummary.read(tmp_path / "out" / "fail" / "summary.json")
+    (failure,) = summary.failures
+    assert failure.config == "draft_model-k2"
+    assert failure.error.startswith("engine exited with code")
+    assert "no-draft" in failure.error
+    assert summary.status == "failed"
+    # The baseline ran first and was measured; the prompt file's split is named after it.
+    assert [(r.config, r.split, r.batch_size, r.error_rate) for r in summary.levels] == [
+        ("none", "hello", 1, 0.0)
     ]
-    on_disk = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert on_disk["failures"] == summary["failures"]
-    assert (tmp_path / "out" / "none" / "hello" / "bs1" / "records.parquet").exists()
+    assert (tmp_path / "out" / "fail" / "none" / "hello" / "bs1" / "records.parquet").exists()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from mlflow.tracking import MlflowClient
 
 from speedbench.config import SweepConfig
@@ -52,9 +53,9 @@ def test_one_parent_and_one_child_per_configuration(swept):
     runs = _runs(client, config.experiment)
     parents = [r for r in runs if r.data.tags.get("speedbench.kind") == "sweep"]
     children = [r for r in runs if r.data.tags.get("speedbench.kind") == "config"]
-    assert len(parents) == 1 and parents[0].info.run_id == summary["parent_run_id"]
+    assert len(parents) == 1 and parents[0].info.run_id == summary.parent_run_id
     assert parents[0].info.status == "FINISHED"
-    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {summary["parent_run_id"]}
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {summary.parent_run_id}
     keys = sorted(
         (c.data.params["spec.method"], c.data.params["batch_size"], c.data.params["split"])
         for c in children
@@ -99,7 +100,7 @@ def test_metrics_are_present_and_plausible(swept):
 
 def test_plots_and_tables_are_on_the_parent_run(swept):
     summary, client, _, root = swept
-    arts = {a.path for a in client.list_artifacts(summary["parent_run_id"])}
+    arts = {a.path for a in client.list_artifacts(summary.parent_run_id)}
     assert {
         "pareto.png",
         "al_heatmap.png",
@@ -121,6 +122,34 @@ def test_report_flow_renders_the_sweep(swept):
     assert "## Throughput and speedup (qualitative split)" in text
     assert "| ngram-k3 | mtbench | 2 |" in text
     assert "al_heatmap.png" in text
+
+
+def test_the_cli_runs_the_same_sweep_to_the_same_summary(swept, tmp_path, capsys):
+    """One SweepConfig, two entry points (Prefect flow, ``speedbench sweep``), one runner."""
+    from speedbench.cli import main
+    from speedbench.results import SweepSummary
+
+    flow_summary, _, config, _ = swept
+    fields = config.model_dump(exclude={"tracking_uri", "experiment"})
+    fields |= {"out_dir": str(tmp_path / "cli"), "port": free_port()}
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(fields))
+    assert main(["sweep", "--config", str(path)]) == 0, capsys.readouterr().err
+    cli_summary = SweepSummary.read(tmp_path / "cli" / config.name / "summary.json")
+
+    flow_rows = [r.model_dump() for r in flow_summary.levels]
+    cli_rows = [r.model_dump() for r in cli_summary.levels]
+    assert [sorted(r) for r in cli_rows] == [sorted(r) for r in flow_rows]
+    assert [{k: type(v) for k, v in r.items()} for r in cli_rows] == [
+        {k: type(v) for k, v in r.items()} for r in flow_rows
+    ]
+    acceptance = ("config", "split", "batch_size", "al_stream", "al_request_mean", "al_counters")
+    acceptance += ("conditional_ar", "conditional_ar_counters", "al_by_category")
+    assert [{k: r[k] for k in acceptance} for r in cli_rows] == [
+        {k: r[k] for k in acceptance} for r in flow_rows
+    ]
+    assert all(r["speedup"] is not None for r in cli_rows if r["config"] != "none")
+    assert cli_summary.status == flow_summary.status == "finished"
 
 
 def test_bad_parameters_fail_before_any_engine_starts(harness, tmp_path):

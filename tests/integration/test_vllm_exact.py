@@ -6,10 +6,11 @@ import dataclasses
 
 import pytest
 
-from speedbench.client.loadgen import LoadSettings, WorkItem, run_load
+from speedbench.client.loadgen import LoadSettings, WorkItem
+from speedbench.client.run import run_load
 from speedbench.config import SpecConfig
 from speedbench.engines.local import free_port, launch_local
-from speedbench.measure import cpu_vllm_engine
+from speedbench.level import cpu_vllm_engine
 from speedbench.metrics.acceptance import (
     acceptance_from_counters,
     acceptance_from_steps,

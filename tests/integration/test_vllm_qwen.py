@@ -8,11 +8,12 @@ import textwrap
 import httpx
 import pytest
 
-from speedbench.client.loadgen import LoadSettings, WorkItem, run_load
+from speedbench.client.loadgen import LoadSettings, WorkItem
+from speedbench.client.run import run_load
 from speedbench.config import SpecConfig
 from speedbench.data.prompts import mtbench_prompts
 from speedbench.engines.local import free_port, launch_local
-from speedbench.measure import cpu_vllm_engine, validate_items
+from speedbench.level import cpu_vllm_engine, validate_items
 from speedbench.metrics.acceptance import acceptance_from_counters
 from speedbench.metrics.summary import request_steps, stream_acceptance
 from speedbench.tokenize import PromptTokenizer, TokenizationError

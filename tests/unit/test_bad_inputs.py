@@ -17,18 +17,20 @@ import pandas as pd
 import pytest
 from tests.unit.conftest import FAULTS
 
-from speedbench.client.loadgen import LoadSettings, WorkItem, run_load
+from speedbench.client.loadgen import LoadSettings, WorkItem
+from speedbench.client.run import run_load
 from speedbench.config import ConfigError, EngineConfig, SpecConfig, SweepConfig, load_config
 from speedbench.config import load_params as read_params
 from speedbench.data.prompts import PromptSetError, load_prompt_file
 from speedbench.engines import get_engine
 from speedbench.engines.base import EngineError
-from speedbench.engines.local import check_available, engine_python, free_port
+from speedbench.engines.launchers import check_available
+from speedbench.engines.local import engine_python, free_port
 from speedbench.engines.vllm import speculative_config
-from speedbench.measure import validate_items
+from speedbench.level import validate_items
 from speedbench.models import ProvisionError, provision
-from speedbench.pipeline import stage_sweep
-from speedbench.sweep import load_split
+from speedbench.plan import load_split
+from speedbench.stages import stage_sweep
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "bad-inputs.md"
 EXPECTED = (
@@ -142,6 +144,20 @@ def _(tmp, url):
     return sweep(output_len=-5)
 
 
+@case("splits-and-prompt-file")
+def _(tmp, url):
+    return sweep(splits=["mtbench"], prompt_file=str(tmp / "p.jsonl"))
+
+
+@case("tracking-field-on-the-cli")
+def _(tmp, url):
+    from speedbench.cli import build_parser
+
+    args = build_parser().parse_args(["sweep", "--config", str(tmp / "s.yaml")])
+    write(tmp / "s.yaml", "tracking_uri: sqlite:///x.db\n")
+    return message(lambda: args.func(args))
+
+
 @case("port-out-of-range")
 def _(tmp, url):
     return message(lambda: load_config(EngineConfig, {"model": "m", "port": 70000}))
@@ -206,6 +222,16 @@ def _(tmp, url):
 def _(tmp, url):
     text = '{"question_id": "a", "category": "math", "turns": ["2+2?"]}\n{"question_id": \n'
     return message(lambda: load_prompt_file(write(tmp / "p.jsonl", text)))
+
+
+@case("prompt-file-not-utf8")
+def _(tmp, url):
+    good = '{"question_id": "a", "category": "qa", "turns": ["Hi"]}\n'
+    path = tmp / "p.jsonl"
+    path.write_bytes(
+        good.encode() + b'{"question_id": "b", "category": "qa", "turns": ["caf' + b'\xe9"]}\n'
+    )
+    return message(lambda: load_prompt_file(path))
 
 
 @case("prompt-row-empty-turn")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from speedbench.client.loadgen import LoadSettings, WorkItem, run_load
+from speedbench.client.loadgen import LoadSettings, WorkItem
+from speedbench.client.run import run_load
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.engines.local import free_port

@@ -8,6 +8,7 @@ from speedbench.config import (
     load_config,
     load_params,
 )
+from speedbench.results import SummaryRow, summarize_sweep
 
 BAD_CONFIGS = [
     # (model, data, expected fragment of the one-line message)
@@ -154,7 +155,7 @@ def test_malformed_params_file(tmp_path):
 
 def test_prompt_selection_interleaves_categories():
     from speedbench.data.prompts import PromptRow, PromptSetError
-    from speedbench.sweep import select_prompts
+    from speedbench.plan import select_prompts
 
     rows = [
         PromptRow(question_id=f"{c}{i}", category=c, turns=["q"]) for c in "ab" for i in range(3)
@@ -177,7 +178,7 @@ def test_preferred_cpu_dtype_follows_native_bf16():
 @pytest.mark.parametrize("native", ["bfloat16", "float32"])
 def test_the_cpu_engine_gets_the_provisioned_dtype_not_vllms_auto(monkeypatch, native):
     import speedbench.models
-    from speedbench.sweep import engine_config
+    from speedbench.plan import engine_config
 
     monkeypatch.setattr(speedbench.models, "preferred_cpu_dtype", lambda: native)
     assert engine_config(SweepConfig(), "/m").dtype == native
@@ -186,23 +187,42 @@ def test_the_cpu_engine_gets_the_provisioned_dtype_not_vllms_auto(monkeypatch, n
     assert engine_config(SweepConfig(gpus="all"), "/m").dtype == "auto"
 
 
-def test_summary_table_lists_per_category_al():
-    from speedbench.cli import format_summary
+def _row(config, **figures):
+    base = {"split": "qualitative", "batch_size": 1, "per_user_tok_s": 1.0, "error_rate": 0.0}
+    base |= {"ttft_p50_s": 0.1, "tpot_p50_s": 0.3}
+    return SummaryRow(config=config, **(base | figures))
 
-    summary = {
-        "levels": [
-            {"config": "none", "batch_size": 1, "output_throughput_tok_s": 3.0},
-            {
-                "config": "draft_model-k3",
-                "batch_size": 1,
-                "output_throughput_tok_s": 3.3,
-                "al_stream": 2.9,
-                "speedup": 1.1,
-                "al_by_category": {"coding": 3.25, "math": 3.75},
-            },
+
+def test_summary_table_lists_per_category_al_with_whole_names():
+    from speedbench.report.text import format_summary
+
+    summary = summarize_sweep(
+        [
+            _row("none", output_throughput_tok_s=3.0),
+            _row(
+                "draft_model-k3",
+                output_throughput_tok_s=3.3,
+                al_stream=2.9,
+                al_by_category={"coding": 3.25, "summarization": 3.75},
+            ),
         ]
-    }
+    )
     lines = format_summary(summary).splitlines()
-    assert lines[2].split() == ["draft_model-k3", "1", "3.300", "2.900", "-", "1.100", "-"]
-    assert lines[-2].split() == ["config", "bs", "coding", "math"]
+    assert lines[2].split() == ["draft_model-k3", "1", "3.300", "2.900", "-", "1.100", "0.000"]
+    assert lines[-2].split() == ["config", "bs", "coding", "summarization"]  # never cut
     assert lines[-1].split() == ["draft_model-k3", "1", "3.250", "3.750"]
+
+
+def test_one_speedup_formula_same_split_and_batch_size_only():
+    summary = summarize_sweep(
+        [
+            _row("none", output_throughput_tok_s=4.0, per_user_tok_s=4.0),
+            _row("none", output_throughput_tok_s=10.0, per_user_tok_s=2.5, batch_size=4),
+            _row("ngram-k3", output_throughput_tok_s=5.0, per_user_tok_s=5.0),
+            _row("ngram-k3", output_throughput_tok_s=8.0, per_user_tok_s=2.0, batch_size=4),
+            # No baseline at bs 8, and dominated by bs 4 (slower per user, no more throughput).
+            _row("ngram-k3", output_throughput_tok_s=8.0, per_user_tok_s=1.0, batch_size=8),
+        ]
+    )
+    assert [r.speedup for r in summary.levels] == [None, None, 1.25, 0.8, None]
+    assert summary.pareto_batch_sizes == {"none": [1, 4], "ngram-k3": [1, 4]}

@@ -11,7 +11,8 @@ import time
 import httpx
 import pytest
 
-from speedbench.client.loadgen import LoadSettings, WorkItem, auto_workers, run_load, slot_counts
+from speedbench.client.loadgen import LoadSettings, WorkItem, auto_workers, slot_counts
+from speedbench.client.run import run_load
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 

@@ -1,6 +1,8 @@
 from speedbench.report.plots import write_plots
+from speedbench.results import SweepSummary
 
-SUMMARY = {
+COMMON = {"split": "qualitative", "error_rate": 0.0, "ttft_p50_s": 0.1, "tpot_p50_s": 0.3}
+LEVELS = {
     "levels": [
         {"config": "none", "batch_size": 1, "output_throughput_tok_s": 3.0, "per_user_tok_s": 3.1},
         {"config": "none", "batch_size": 4, "output_throughput_tok_s": 9.0, "per_user_tok_s": 2.4},
@@ -15,6 +17,7 @@ SUMMARY = {
         },
     ]
 }
+SUMMARY = SweepSummary.model_validate({"levels": [COMMON | r for r in LEVELS["levels"]]})
 
 
 def test_plots_are_written_as_png(tmp_path):
@@ -30,11 +33,12 @@ def test_plots_are_written_as_png(tmp_path):
 
 
 def test_no_acceptance_plot_without_sd(tmp_path):
-    paths = write_plots({"levels": SUMMARY["levels"][:2]}, tmp_path)
+    paths = write_plots(SweepSummary(levels=SUMMARY.levels[:2]), tmp_path)
     assert [p.name for p in paths] == ["pareto.png"]
 
 
 def test_many_splits_get_separate_curves(tmp_path):
-    levels = [dict(r, split=s) for r in SUMMARY["levels"] for s in ("qualitative", "throughput_1k")]
-    paths = write_plots({"levels": levels}, tmp_path)
+    splits = ("qualitative", "throughput_1k")
+    levels = [r.model_copy(update={"split": s}) for r in SUMMARY.levels for s in splits]
+    paths = write_plots(SweepSummary(levels=levels), tmp_path)
     assert len(paths) == 4

@@ -12,12 +12,13 @@ import random
 
 import pytest
 
-from speedbench.client.loadgen import LoadSettings, WorkItem, run_load
+from speedbench.client.loadgen import LoadSettings, WorkItem
+from speedbench.client.run import run_load
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.engines.local import free_port
 from speedbench.metrics.summary import summarize_level
-from speedbench.sweep import level_metrics
+from speedbench.results import LevelMetrics, finite, tracking_scalars
 from speedbench.synthetic import SyntheticOptions, chunk_sizes, serve_in_subprocess
 
 K, ACCEPT_P, SEED, MAX_TOKENS = 3, 0.6, 7, 25
@@ -81,6 +82,6 @@ def test_engine_step_and_server_acceptance_reach_the_level_metrics(sglang_level)
         overall["acceptance_stream"]["al_token_weighted"], rel=1e-12
     )
     assert "acceptance_counters" not in overall  # SGLang exports no per-position counters
-    scalars, _ = level_metrics({**metrics, "client": None})
+    scalars, _ = tracking_scalars(LevelMetrics.model_validate(finite(metrics)))
     assert scalars["al_engine_steps"] == engine_steps["al_token_weighted"]
     assert scalars["al_server"] == result.extras["server_al"]

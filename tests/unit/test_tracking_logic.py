@@ -1,9 +1,11 @@
 """Pure parts of the MLflow layer: redaction, flattening, metric extraction."""
 
 import pytest
+from pydantic import ValidationError
 
+from speedbench.results import LevelMetrics, tracking_scalars
 from speedbench.secrets import REDACTED, redact, redact_args
-from speedbench.sweep import config_hash, level_metrics
+from speedbench.sweep import config_hash
 from tasks.tracking import flatten
 
 
@@ -35,6 +37,9 @@ def test_flatten_nested_mappings():
 
 def _acc(al, cond, joint):
     return {
+        "k": len(cond),
+        "num_steps": 10,
+        "histogram": [],
         "al_token_weighted": al,
         "al_request_mean": al,
         "conditional_ar": cond,
@@ -42,29 +47,55 @@ def _acc(al, cond, joint):
     }
 
 
-def test_level_metrics_scalars_and_series():
-    dist = {"p50": 1.0, "p90": 2.0, "p99": 3.0, "mean": 1.5}
-    metrics = {
-        "overall": {
-            "load": {
-                "output_throughput_tok_s": 10.0,
-                "per_user_tok_s": 5.0,
-                "error_rate": 0.0,
-                "num_requests": 4,
-                "output_tokens": 96,
-                "ttft_s": dist,
-                "tpot_s": dist,
-                "itl_s": dist,
-                "e2e_s": dist,
-            },
-            "acceptance_stream": _acc(2.5, [0.8, 0.6], [0.8, 0.48]),
-            "acceptance_counters": _acc(2.4, [0.7, 0.5], [0.7, 0.35]),
-        },
-        "per_category": {"coding": {"acceptance_stream": _acc(3.0, [], [])}, "qa": {"load": {}}},
+def _load():
+    dist = {"p50": 1.0, "p90": 2.0, "p99": 3.0, "mean": 1.5, "count": 4}
+    return {
+        "num_requests": 4,
+        "num_failed": 0,
+        "error_rate": 0.0,
+        "output_tokens": 96,
+        "duration_s": 9.6,
+        "output_throughput_tok_s": 10.0,
+        "per_user_tok_s": 5.0,
+        **{name: dist for name in ("ttft_s", "tpot_s", "itl_s", "e2e_s")},
     }
-    scalars, series = level_metrics(metrics)
+
+
+def _metrics(**overall):
+    return LevelMetrics.model_validate(
+        {
+            "overall": {"load": _load(), **overall},
+            "per_category": {
+                "coding": {"load": _load(), "acceptance_stream": _acc(3.0, [], [])},
+                # A category whose name is also a figure's suffix must not collide with it.
+                "engine_steps": {"load": _load(), "acceptance_stream": _acc(1.5, [], [])},
+                "qa": {"load": _load()},
+            },
+        }
+    )
+
+
+def test_tracking_scalars_and_series():
+    metrics = _metrics(
+        acceptance_stream=_acc(2.5, [0.8, 0.6], [0.8, 0.48]),
+        acceptance_counters=_acc(2.4, [0.7, 0.5], [0.7, 0.35]),
+        acceptance_engine_steps={
+            "al_token_weighted": 2.2,
+            "al_request_mean": 2.1,
+            "al_token_weighted_ci": {"value": 2.2, "low": 2.0, "high": 2.4},
+            "requests": 4,
+            "steps": 40,
+        },
+    )
+    scalars, series = tracking_scalars(metrics)
     assert scalars["al_stream"] == 2.5 and scalars["al_counters"] == 2.4
-    assert scalars["al_coding"] == 3.0 and "al_qa" not in scalars
+    assert scalars["al_engine_steps"] == 2.2
+    assert scalars["by_category/coding/al_stream"] == 3.0
+    assert scalars["by_category/engine_steps/al_stream"] == 1.5
+    assert not any(k.startswith("by_category/qa") for k in scalars)
+    assert not any(
+        k.startswith("al_") and k.removeprefix("al_") in ("coding", "qa") for k in scalars
+    )
     assert scalars["ttft_p99_s"] == 3.0 and scalars["itl_p50_s"] == 1.0
     assert series == {
         "conditional_ar_stream": [0.8, 0.6],
@@ -72,6 +103,12 @@ def test_level_metrics_scalars_and_series():
         "conditional_ar_counters": [0.7, 0.5],
         "joint_ar_counters": [0.7, 0.35],
     }
+
+
+def test_a_renamed_figure_fails_where_it_is_read():
+    bad = {"overall": {"load": _load(), "al_stream": 2.0}, "per_category": {}}
+    with pytest.raises(ValidationError, match="al_stream"):
+        LevelMetrics.model_validate(bad)
 
 
 def test_config_hash_is_stable_and_order_free():

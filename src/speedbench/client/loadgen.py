@@ -24,10 +24,8 @@ import math
 import os
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-import httpx
 from tqdm.auto import tqdm
 
 from speedbench.client.http import StreamConnection
@@ -172,26 +170,6 @@ def engine_gone(record: RequestRecord) -> bool:
     return record.error_kind == "connection" and (record.error or "").startswith("cannot connect")
 
 
-def scrape_metrics(engine: EngineConfig, adapter: EngineAdapter) -> str | None:
-    """The engine's metrics (or server-info) text; None if the endpoint is unavailable."""
-    try:
-        resp = httpx.get(engine.base_url + adapter.metrics_path, timeout=30.0)
-    except httpx.TransportError:
-        return None
-    return resp.text if resp.status_code == 200 else None
-
-
-def server_acceptance_length(adapter: EngineAdapter, metrics_text: str | None) -> float | None:
-    """The engine's own running AL, for adapters whose server states one (SGLang)."""
-    read = getattr(adapter, "server_acceptance_length", None)
-    if read is None or metrics_text is None:
-        return None
-    try:
-        return read(metrics_text)
-    except ValueError:  # a server-info page this adapter does not understand is no AL
-        return None
-
-
 def new_record(
     item: WorkItem, turn: int, settings: LoadSettings, spec: SpecConfig
 ) -> RequestRecord:
@@ -208,17 +186,6 @@ def new_record(
         batch_size=settings.batch_size,
         repeat=settings.repeat,
     )
-
-
-def counter_delta(
-    adapter: EngineAdapter, before: SpecCounters | None, after: SpecCounters | None
-) -> SpecCounters | None:
-    """The engine's SD counters over a run (engines that reset on read report it directly)."""
-    if after is None:
-        return None
-    if getattr(adapter, "counters_reset_on_read", False):
-        return after
-    return after - before if before is not None else None
 
 
 async def drive(
@@ -341,43 +308,3 @@ async def run_in_process(
     if claims.reason:
         extras["aborted"] = claims.reason
     return LoadResult(records, None, monitor.wall_s, extras)
-
-
-def run_load(
-    engine: EngineConfig,
-    spec: SpecConfig,
-    adapter: EngineAdapter,
-    items: Sequence[WorkItem],
-    settings: LoadSettings,
-    tokenizer: PromptTokenizer | None = None,
-    on_record: Callable[[RequestRecord], None] | None = None,
-    parts_dir: Path | None = None,
-) -> LoadResult:
-    """Drive one load level, in this process or in worker processes (``settings.workers``).
-
-    ``parts_dir`` keeps the workers' own record files (a temporary folder if None); a
-    single-process run writes through ``on_record`` only.
-    """
-    if settings.batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {settings.batch_size}")
-    if any(it.prompt_ids is None for it in items) and tokenizer is None:
-        raise ValueError("text prompts need a tokenizer")
-    workers = min(settings.workers or auto_workers(settings.batch_size), settings.batch_size)
-    before_text = scrape_metrics(engine, adapter)
-    before = adapter.parse_counters(before_text) if before_text is not None else None
-    if workers == 1:
-        result = run_async(
-            run_in_process(engine, spec, adapter, items, settings, tokenizer, on_record)
-        )
-    else:
-        from speedbench.client.multiproc import run_multiprocess
-
-        result = run_multiprocess(
-            engine, spec, adapter, items, settings, tokenizer, on_record, workers, parts_dir
-        )
-    after_text = scrape_metrics(engine, adapter)
-    after = adapter.parse_counters(after_text) if after_text is not None else None
-    result.counters = counter_delta(adapter, before, after)
-    if (server_al := server_acceptance_length(adapter, after_text)) is not None:
-        result.extras["server_al"] = server_al
-    return result

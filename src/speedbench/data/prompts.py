@@ -96,7 +96,16 @@ def load_prompt_file(path: str | Path) -> list[PromptRow]:
                     r[col] = [x.item() if hasattr(x, "item") else x for x in r[col]]
         return parse_rows(raw, str(path))
     raw = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise PromptSetError(
+            f"{path} line {line}: not UTF-8 (byte {data[exc.start]:#04x} at offset {exc.start}); "
+            "save the prompt file as UTF-8"
+        ) from None
+    for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:

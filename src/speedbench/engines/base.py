@@ -82,12 +82,27 @@ def stream_error(data: dict[str, Any]) -> StreamEvent | None:
 
 @runtime_checkable
 class EngineAdapter(Protocol):
-    """What speedbench needs from an inference engine."""
+    """What speedbench needs from an inference engine.
+
+    Adapters subclass this protocol explicitly, so the members with a default body below are
+    inherited by engines that have nothing to say there.
+    """
 
     kind: str
     health_path: str
     metrics_path: str
     generate_path: str
+    # Whether reading the metrics endpoint resets the SD counters (TensorRT-LLM's per-iteration
+    # stats): then the read after a level is the level's delta, not a cumulative total.
+    counters_reset_on_read: bool = False
+
+    def launch_files(self, engine: EngineConfig, spec: SpecConfig) -> dict[str, str]:
+        """Files the server needs at launch (name -> text), e.g. an options YAML; none here."""
+        return {}
+
+    def server_acceptance_length(self, metrics_text: str) -> float | None:
+        """The server's own running AL from its metrics page, where it states one."""
+        return None
 
     def server_args(self, engine: EngineConfig, spec: SpecConfig) -> list[str]:
         """Server CLI arguments (after the executable) for this target and SD configuration."""
@@ -137,9 +152,8 @@ def register_engine(
 
 def get_engine(kind: str) -> EngineAdapter:
     """The adapter for ``kind``, with a one-line error naming the known engines."""
-    # Importing the package registers the built-in adapters.
-    import speedbench.engines  # noqa: F401
-
+    # The built-in adapters are registered by the package's __init__, which Python runs
+    # before this module whenever anything is imported from speedbench.engines.
     if kind not in ENGINES:
         known = ", ".join(sorted(ENGINES)) or ", ".join(ENGINE_KINDS)
         raise EngineError(f"unknown engine {kind!r}; available: {known}")

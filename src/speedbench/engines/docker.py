@@ -41,7 +41,8 @@ from typing import Any
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineError, get_engine
 from speedbench.engines.containers import container_spec
-from speedbench.engines.local import RunningEngine, wait_healthy, warm_up
+from speedbench.engines.launchers import Launcher, register_launcher
+from speedbench.engines.running import RunningEngine, check_port_free, wait_healthy, warm_up
 from speedbench.secrets import redact_args
 
 STOP_GRACE_S = 10  # SIGTERM, then SIGKILL after this many seconds, as `docker stop` does
@@ -224,7 +225,7 @@ def launch_docker(
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_bytes(b"")
-    files = adapter.launch_files(engine, spec) if hasattr(adapter, "launch_files") else {}
+    files = adapter.launch_files(engine, spec)
     if files:  # kept next to the log, as a record of what the engine was started with
         files_dir = log_path.parent / "engine-files"
         files_dir.mkdir(parents=True, exist_ok=True)
@@ -295,3 +296,25 @@ def leftover_containers(engine: EngineConfig | None = None) -> list[str]:
         return [c.name for c in client.containers.list(all=True, filters={"label": LABEL})]
     finally:
         client.close()
+
+
+def check_docker(engine: EngineConfig) -> None:
+    """The image is on the Docker host, and (for a local daemon) the port is free."""
+    image = engine.image or container_spec(engine.kind).image
+    client = docker_client(engine)
+    try:
+        client.images.get(image)
+    except Exception:
+        raise EngineError(
+            f"image {image} is not on the Docker host; pull it there "
+            "(or run containers/build.sh for speedbench/vllm-cpu)"
+        ) from None
+    finally:
+        client.close()
+    if not remote_host(engine):  # a remote host's port is checked there, by the daemon
+        check_port_free(engine.host, engine.port)
+
+
+register_launcher(
+    Launcher("docker", lambda e, s, log: launch_docker(e, s, log), check_available=check_docker)
+)

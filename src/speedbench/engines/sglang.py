@@ -27,6 +27,7 @@ import orjson
 
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import (
+    EngineAdapter,
     StreamEvent,
     UnsupportedSpecError,
     load_chunk,
@@ -74,14 +75,13 @@ def speculative_args(spec: SpecConfig) -> list[str]:
 
 
 @register_engine("sglang")
-class SGLangAdapter:
+class SGLangAdapter(EngineAdapter):
     """Adapter for SGLang's native server."""
 
     kind = "sglang"
     health_path = "/health"
     metrics_path = "/get_server_info"
     generate_path = "/generate"
-    counters_reset_on_read = False
 
     def server_args(self, engine: EngineConfig, spec: SpecConfig) -> list[str]:
         """Arguments for ``python -m sglang.launch_server``."""

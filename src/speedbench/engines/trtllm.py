@@ -27,6 +27,7 @@ import yaml
 
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import (
+    EngineAdapter,
     StreamEvent,
     UnsupportedSpecError,
     load_chunk,
@@ -77,7 +78,7 @@ def llm_api_options(engine: EngineConfig, spec: SpecConfig) -> dict[str, Any]:
 
 
 @register_engine("trtllm")
-class TRTLLMAdapter:
+class TRTLLMAdapter(EngineAdapter):
     """Adapter for TensorRT-LLM's ``trtllm-serve`` (PyTorch backend)."""
 
     kind = "trtllm"

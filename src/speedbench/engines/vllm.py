@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import (
+    EngineAdapter,
     StreamEvent,
     UnsupportedSpecError,
     load_chunk,
@@ -58,14 +59,13 @@ def speculative_config(spec: SpecConfig) -> dict[str, Any] | None:
 
 
 @register_engine("vllm")
-class VLLMAdapter:
+class VLLMAdapter(EngineAdapter):
     """Adapter for vLLM's OpenAI-compatible server (GPU images and the CPU build alike)."""
 
     kind = "vllm"
     health_path = "/health"
     metrics_path = "/metrics"
     generate_path = "/v1/completions"
-    counters_reset_on_read = False
     served_model_name = "target"
 
     def server_args(self, engine: EngineConfig, spec: SpecConfig) -> list[str]:

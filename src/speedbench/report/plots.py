@@ -1,77 +1,78 @@
 """PNG plots of a measured summary: conditional AR, Pareto curve, AL heatmap, speedup by batch.
 
-Matplotlib runs headless (Agg). Each function takes the ``summary.json`` mapping that
-:func:`speedbench.measure.build_summary` produces and writes one PNG.
+Matplotlib runs headless (Agg). Each function takes a sweep's
+:class:`~speedbench.results.SweepSummary` and writes one PNG.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-
-def _name(row: dict[str, Any], many_splits: bool) -> str:
-    label = "no SD" if row["config"] == "none" else row["config"]
-    return f"{label} [{row.get('split', '')}]" if many_splits else label
+if TYPE_CHECKING:
+    from speedbench.results import SummaryRow, SweepSummary
 
 
-def _many_splits(summary: dict[str, Any]) -> bool:
-    return len({r.get("split", "") for r in summary["levels"]}) > 1
+def _name(row: SummaryRow, many_splits: bool) -> str:
+    label = "no SD" if not row.is_speculative else row.config
+    return f"{label} [{row.split}]" if many_splits else label
 
 
-def _curves(summary: dict[str, Any], keep: Any) -> dict[str, list[dict[str, Any]]]:
+def _many_splits(summary: SweepSummary) -> bool:
+    return summary.many_splits
+
+
+def _curves(summary: SweepSummary, keep: Any) -> dict[str, list[SummaryRow]]:
     """Levels that pass ``keep``, grouped into one curve per config (and split), by batch size."""
-    curves: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    curves: dict[str, list[SummaryRow]] = defaultdict(list)
     many = _many_splits(summary)
-    for r in summary["levels"]:
+    for r in summary.levels:
         if keep(r):
             curves[_name(r, many)].append(r)
     for rows in curves.values():
-        rows.sort(key=lambda r: r["batch_size"])
+        rows.sort(key=lambda r: r.batch_size)
     return curves
 
 
-def plot_conditional_ar(summary: dict[str, Any], path: str | Path) -> Path | None:
+def plot_conditional_ar(summary: SweepSummary, path: str | Path) -> Path | None:
     """Conditional AR per draft position, one line per SD config and batch size (counters)."""
-    rows = [r for r in summary["levels"] if r.get("conditional_ar_counters")]
+    rows = [r for r in summary.levels if r.conditional_ar_counters]
     if not rows:
         return None
     many = _many_splits(summary)
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in rows:
-        ar = r["conditional_ar_counters"]
-        name = f"{_name(r, many)} bs={r['batch_size']}"
+        ar = r.conditional_ar_counters
+        name = f"{_name(r, many)} bs={r.batch_size}"
         ax.plot(range(1, len(ar) + 1), ar, marker="o", label=name)
     ax.set_xlabel("draft position j")
     ax.set_ylabel("conditional AR_j")
     ax.set_ylim(0, 1.05)
-    ax.set_xticks(range(1, max(len(r["conditional_ar_counters"]) for r in rows) + 1))
+    ax.set_xticks(range(1, max(len(r.conditional_ar_counters) for r in rows) + 1))
     ax.set_title("Conditional acceptance rate by position")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _save(fig, path)
 
 
-def plot_pareto(summary: dict[str, Any], path: str | Path) -> Path | None:
+def plot_pareto(summary: SweepSummary, path: str | Path) -> Path | None:
     """System throughput against per-user speed over batch sizes, one curve per config."""
-    curves = _curves(
-        summary, lambda r: r.get("per_user_tok_s") and r.get("output_throughput_tok_s")
-    )
+    curves = _curves(summary, lambda r: r.per_user_tok_s and r.output_throughput_tok_s)
     if not curves:
         return None
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, rows in curves.items():
-        xs = [r["per_user_tok_s"] for r in rows]
-        ys = [r["output_throughput_tok_s"] for r in rows]
+        xs = [r.per_user_tok_s for r in rows]
+        ys = [r.output_throughput_tok_s for r in rows]
         ax.plot(xs, ys, marker="o", label=label)
         for r, x, y in zip(rows, xs, ys, strict=True):
-            ax.annotate(f"bs{r['batch_size']}", (x, y), textcoords="offset points", xytext=(4, 4))
+            ax.annotate(f"bs{r.batch_size}", (x, y), textcoords="offset points", xytext=(4, 4))
     ax.set_xlabel("per-user speed (tokens/s)")
     ax.set_ylabel("system throughput (tokens/s)")
     ax.set_title("Throughput vs per-user speed")
@@ -80,15 +81,15 @@ def plot_pareto(summary: dict[str, Any], path: str | Path) -> Path | None:
     return _save(fig, path)
 
 
-def plot_al_heatmap(summary: dict[str, Any], path: str | Path) -> Path | None:
+def plot_al_heatmap(summary: SweepSummary, path: str | Path) -> Path | None:
     """Acceptance length per category (columns) for every SD configuration level (rows)."""
-    rows = [r for r in summary["levels"] if r.get("al_by_category")]
+    rows = [r for r in summary.levels if r.al_by_category]
     if not rows:
         return None
     many = _many_splits(summary)
-    cats = sorted({c for r in rows for c in r["al_by_category"]})
-    names = [f"{_name(r, many)} bs={r['batch_size']}" for r in rows]
-    grid = [[r["al_by_category"].get(c) or float("nan") for c in cats] for r in rows]
+    cats = sorted({c for r in rows for c in r.al_by_category})
+    names = [f"{_name(r, many)} bs={r.batch_size}" for r in rows]
+    grid = [[r.al_by_category.get(c) or float("nan") for c in cats] for r in rows]
     fig, ax = plt.subplots(figsize=(1.0 + 0.8 * len(cats), 1.2 + 0.45 * len(rows)))
     im = ax.imshow(grid, cmap="viridis", aspect="auto")
     ax.set_xticks(range(len(cats)), cats, rotation=40, ha="right")
@@ -102,14 +103,14 @@ def plot_al_heatmap(summary: dict[str, Any], path: str | Path) -> Path | None:
     return _save(fig, path)
 
 
-def plot_speedup(summary: dict[str, Any], path: str | Path) -> Path | None:
+def plot_speedup(summary: SweepSummary, path: str | Path) -> Path | None:
     """Throughput speedup over no SD against batch size, one line per SD configuration."""
-    curves = _curves(summary, lambda r: r.get("speedup") is not None)
+    curves = _curves(summary, lambda r: r.speedup is not None)
     if not curves:
         return None
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, rows in curves.items():
-        ax.plot([r["batch_size"] for r in rows], [r["speedup"] for r in rows], "o-", label=label)
+        ax.plot([r.batch_size for r in rows], [r.speedup for r in rows], "o-", label=label)
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("batch size (concurrent streams)")
@@ -120,7 +121,7 @@ def plot_speedup(summary: dict[str, Any], path: str | Path) -> Path | None:
     return _save(fig, path)
 
 
-def write_plots(summary: dict[str, Any], out_dir: str | Path) -> list[Path]:
+def write_plots(summary: SweepSummary, out_dir: str | Path) -> list[Path]:
     """All plots of a summary into ``out_dir``; returns the files written."""
     out = Path(out_dir)
     made = [

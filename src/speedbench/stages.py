@@ -1,7 +1,7 @@
-"""The DVC pipeline's file contract: params sections -> sweep configs, summaries -> metrics files.
+"""The DVC stages' file contract: params sections -> sweep configs, summaries -> metrics files.
 
 ``dvc.yaml`` stages call thin entry points (``speedbench`` for the core, ``python -m
-flows.pipeline`` for the Prefect sweeps); what they read from params.yaml and what they write for
+flows.stage`` for the Prefect sweeps); what they read from params.yaml and what they write for
 ``dvc metrics`` / ``dvc plots`` is defined here, so the reference check and the report agree.
 
 Acceptance at greedy decoding is deterministic at a fixed batch size, so ``acceptance.json`` is
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from speedbench.config import ConfigError, SweepConfig, load_config
+from speedbench.results import SweepSummary
 
 ACCEPTANCE_FILE = "acceptance.json"
 THROUGHPUT_FILE = "throughput.json"
@@ -42,42 +43,42 @@ def stage_sweep(params: dict[str, Any], stage: str, results_dir: str = "results"
     return load_config(SweepConfig, fields)
 
 
-def acceptance_metrics(summary: dict[str, Any]) -> dict[str, Any]:
+def acceptance_metrics(summary: SweepSummary) -> dict[str, Any]:
     """Per SD config, split and batch size: AL (stream, counters), conditional AR, AL by category.
 
     Values are rounded to 6 digits, far below any real change and above float noise in JSON.
     """
     out: dict[str, Any] = {}
-    for row in summary["levels"]:
-        if row["config"] == "none":
+    for row in summary.levels:
+        if not row.is_speculative:
             continue
         entry = {
-            "al_stream": row.get("al_stream"),
-            "al_counters": row.get("al_counters"),
-            "conditional_ar": row.get("conditional_ar_counters") or row.get("conditional_ar"),
-            "al_by_category": row.get("al_by_category", {}),
+            "al_stream": row.al_stream,
+            "al_counters": row.al_counters,
+            "conditional_ar": row.conditional_ar_counters or row.conditional_ar,
+            "al_by_category": row.al_by_category,
         }
-        key = f"{row['config']}/{row['split']}/bs{row['batch_size']}"
+        key = f"{row.config}/{row.split}/bs{row.batch_size}"
         out[key] = _round(entry)
     return out
 
 
-def throughput_metrics(summary: dict[str, Any]) -> dict[str, Any]:
+def throughput_metrics(summary: SweepSummary) -> dict[str, Any]:
     """Per config, split and batch size: output throughput, per-user speed and speedup."""
     return {
-        f"{r['config']}/{r['split']}/bs{r['batch_size']}": _round(
+        f"{r.config}/{r.split}/bs{r.batch_size}": _round(
             {
-                "output_tok_s": r["output_throughput_tok_s"],
-                "per_user_tok_s": r["per_user_tok_s"],
-                "speedup": r.get("speedup"),
-                "error_rate": r["error_rate"],
+                "output_tok_s": r.output_throughput_tok_s,
+                "per_user_tok_s": r.per_user_tok_s,
+                "speedup": r.speedup,
+                "error_rate": r.error_rate,
             }
         )
-        for r in summary["levels"]
+        for r in summary.levels
     }
 
 
-def write_stage_metrics(summary: dict[str, Any], out_dir: Path) -> list[Path]:
+def write_stage_metrics(summary: SweepSummary, out_dir: Path) -> list[Path]:
     """acceptance.json, throughput.json and conditional_ar.csv of a measured stage."""
     out_dir.mkdir(parents=True, exist_ok=True)
     acc = out_dir / ACCEPTANCE_FILE

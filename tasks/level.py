@@ -13,22 +13,23 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from speedbench.client.loadgen import LoadSettings, WorkItem
-from speedbench.measure import LevelResult, OpenEngine, measure_level
-from speedbench.sweep import level_metrics
+from speedbench.engines.running import RunningEngine
+from speedbench.level import LevelResult, measure_level
+from speedbench.results import tracking_scalars
 from speedbench.tokenize import PromptTokenizer
 from tasks.tracking import Tracker
 
 
 @task(cache_policy=NO_CACHE)
 def run_level(
-    handle: OpenEngine,
+    running: RunningEngine,
     items: list[WorkItem],
     settings: LoadSettings,
-    tokenizer: PromptTokenizer,
+    tokenizer: PromptTokenizer | None,
     directory: Path,
 ) -> LevelResult:
     """Drive ``settings.batch_size`` concurrent streams over ``items``; records land on disk."""
-    return measure_level(handle.running, items, settings, tokenizer, directory)
+    return measure_level(running, items, settings, tokenizer, directory)
 
 
 @task(retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
@@ -44,18 +45,18 @@ def log_level(
 ) -> str:
     """A child run with the level's metrics, AR series and artifacts.
 
-    A level during which the engine died (``metrics["failed"]``) is logged FAILED, with its
+    A level during which the engine died (``level.failed``) is logged FAILED, with its
     partial records and metrics, the error (quoting the engine log) and the log itself.
     """
-    scalars, series = level_metrics(level.metrics)
+    scalars, series = tracking_scalars(level.metrics)
     if speedup is not None:
         scalars["speedup"] = speedup
     name = f"{level.label} {level.split} bs{level.batch_size}"
     files = [level.directory / "records.parquet", level.directory / "metrics.json"]
-    failed = level.metrics.get("failed")
+    failed = level.failed
     if failed and engine_log is not None:
         files.append(engine_log)
-    duration = level.metrics["overall"]["load"].get("duration_s")
+    duration = level.metrics.overall.load.duration_s
     return tracker.log_config(
         parent_id,
         name,

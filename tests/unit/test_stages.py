@@ -5,14 +5,15 @@ import json
 import pytest
 
 from speedbench.config import ConfigError
-from speedbench.pipeline import (
+from speedbench.report.text import render
+from speedbench.results import SweepSummary
+from speedbench.stages import (
     acceptance_metrics,
     compare_acceptance,
     stage_sweep,
     throughput_metrics,
     write_stage_metrics,
 )
-from speedbench.report.text import render
 
 PARAMS = {
     "models": {"target": "t", "draft": "d", "dtype": "float32"},
@@ -24,7 +25,7 @@ PARAMS = {
     "measure_throughput": {"methods": ["none", "ngram"], "draft_lengths": [2]},
 }
 
-SUMMARY = {
+SUMMARY_JSON = {
     "levels": [
         {
             "config": "none",
@@ -33,6 +34,8 @@ SUMMARY = {
             "output_throughput_tok_s": 5.0,
             "per_user_tok_s": 5.0,
             "error_rate": 0.0,
+            "ttft_p50_s": 0.2,
+            "tpot_p50_s": 0.2,
         },
         {
             "config": "ngram-k2",
@@ -47,10 +50,13 @@ SUMMARY = {
             "conditional_ar": [0.7, 0.5],
             "conditional_ar_counters": [0.71, 0.52],
             "al_by_category": {"coding": 2.5, "qa": 1.5},
+            "ttft_p50_s": 0.2,
+            "tpot_p50_s": 0.16,
         },
     ],
     "failures": [],
 }
+SUMMARY = SweepSummary.model_validate(SUMMARY_JSON)
 
 
 def test_stage_sweep_merges_models_and_drops_an_unused_draft():
@@ -118,7 +124,7 @@ def test_stage_metrics_files_and_report(tmp_path):
         "ngram-k2/qualitative/bs1,2,0.52",
     ]
     (tmp_path / "qualitative").mkdir()
-    (tmp_path / "qualitative" / "summary.json").write_text(json.dumps(SUMMARY))
+    (tmp_path / "qualitative" / "summary.json").write_text(json.dumps(SUMMARY_JSON))
     text = render(tmp_path, "mlflow/mlflow.db")
     assert "| coding | 2.50 |" in text and "| **all** | **2.12** |" in text
     assert "| ngram-k2 | 1 | 2.10 | 0.710 | 0.520 |" in text

@@ -1,17 +1,14 @@
-"""Tasks that aggregate a sweep's runs into tables and plots and put them on the parent run."""
+"""Tasks that close a sweep in MLflow: the per-category AL table and the plots on the parent run."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from speedbench.measure import LevelResult, build_summary
-from speedbench.report.plots import write_plots
+from speedbench.results import CATEGORY_NAMESPACE, SweepSummary
 from tasks.tracking import Tracker
 
 
@@ -26,12 +23,11 @@ def category_table(tracker: Tracker, parent_id: str) -> pd.DataFrame:
         label = "none" if method == "none" else f"{method}-k{p.get('spec.num_speculative_tokens')}"
         column = f"{label} {p.get('split')} bs{p.get('batch_size')}"
         for key, value in m.items():
-            if (
-                key.startswith("al_")
-                and key not in ("al_stream", "al_counters")
-                and "_request" not in key
-            ):
-                records.append({"category": key[3:], "config": column, "al": value})
+            namespace, _, rest = key.partition("/")
+            if namespace == CATEGORY_NAMESPACE and rest.endswith("/al_stream"):
+                records.append(
+                    {"category": rest.removesuffix("/al_stream"), "config": column, "al": value}
+                )
         if "al_stream" in m:
             records.append({"category": "(all)", "config": column, "al": m["al_stream"]})
     if not records:
@@ -55,7 +51,7 @@ def print_table(table: pd.DataFrame, title: str) -> None:
 
 
 @task(cache_policy=NO_CACHE)
-def aggregate(tracker: Tracker, parent_id: str, out_dir: Path) -> Path | None:
+def write_category_table(tracker: Tracker, parent_id: str, out_dir: Path) -> Path | None:
     """The per-category AL table of a sweep as CSV, printed as a rich table."""
     table = category_table(tracker, parent_id)
     if table.empty:
@@ -67,24 +63,9 @@ def aggregate(tracker: Tracker, parent_id: str, out_dir: Path) -> Path | None:
     return path
 
 
-@task(cache_policy=NO_CACHE)
-def report(
-    levels: list[LevelResult], failures: list[dict[str, str]], out_dir: Path
-) -> dict[str, Any]:
-    """summary.json and the plots of a sweep's levels."""
-    summary = build_summary(levels)
-    summary["failures"] = failures
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    summary["plots"] = [str(p) for p in write_plots(summary, out_dir / "plots")]
-    return summary
-
-
 @task(retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
-def close_sweep(
-    tracker: Tracker, parent_id: str, summary: dict[str, Any], files: list[Path]
-) -> None:
+def close_sweep(tracker: Tracker, parent_id: str, summary: SweepSummary, files: list[Path]) -> None:
     """Put plots and tables on the parent run; FAILED if any configuration failed."""
-    metrics = {"num_configs": len(summary["levels"]), "num_failures": len(summary["failures"])}
-    status = "FAILED" if summary["failures"] else "FINISHED"
+    metrics = {"num_levels": len(summary.levels), "num_failures": len(summary.failures)}
+    status = "FAILED" if summary.failures else "FINISHED"
     tracker.finish_parent(parent_id, metrics, files, status)

@@ -1,8 +1,9 @@
 """Entry point of the DVC measure stages: run the ``sweep`` flow for one params section.
 
-``python -m flows.pipeline measure_qualitative --params params.yaml`` runs the Prefect flow
+``python -m flows.stage measure_qualitative --params params.yaml`` runs the Prefect flow
 (ephemeral server unless PREFECT_API_URL is set), logs every configuration to MLflow, and writes
-the stage's DVC metrics next to its records. Exit codes: 0 ok, 2 bad input, 3 a config failed.
+the stage's DVC metrics next to its records. Exit codes as every entry point
+(:mod:`speedbench.errors`): 0 ok, 2 bad input, 3 a config failed, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -12,15 +13,15 @@ import os
 import sys
 from pathlib import Path
 
-from speedbench.config import ConfigError, load_params
-from speedbench.data.prompts import PromptSetError
-from speedbench.engines.base import EngineError
-from speedbench.pipeline import STAGES, stage_sweep, write_stage_metrics
+from speedbench.config import load_params
+from speedbench.errors import finish
+from speedbench.results import SweepSummary
+from speedbench.stages import STAGES, stage_sweep, write_stage_metrics
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one measure stage."""
-    parser = argparse.ArgumentParser(prog="python -m flows.pipeline", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m flows.stage", description=__doc__)
     parser.add_argument("stage", choices=STAGES)
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--results", default="results", help="records, logs, plots (DVC out)")
@@ -29,26 +30,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
-    try:
+
+    def run() -> SweepSummary:
         config = stage_sweep(load_params(args.params), args.stage, args.results)
         if args.force:
             config = config.model_copy(update={"force": True})
-    except ConfigError as exc:
-        print(f"speedbench: error: {exc}", file=sys.stderr)
-        return 2
-    from flows.sweep import sweep
+        from flows.sweep import sweep
 
-    try:
         summary = sweep(config)
-    except (ConfigError, PromptSetError, EngineError) as exc:
-        print(f"speedbench: error: {exc}", file=sys.stderr)
-        return 2
-    for path in write_stage_metrics(summary, Path(args.metrics) / config.name):
-        print(f"wrote {path}")
-    print(f"MLflow: parent run {summary['parent_run_id']} in {summary['tracking_uri']}")
-    for failure in summary["failures"]:
-        print(f"FAILED {failure['config']}: {failure['error']}", file=sys.stderr)
-    return 3 if summary["failures"] else 0
+        for path in write_stage_metrics(summary, Path(args.metrics) / config.name):
+            print(f"wrote {path}")
+        print(f"MLflow: parent run {summary.parent_run_id} in {summary.tracking_uri}")
+        return summary
+
+    return finish(run)
 
 
 if __name__ == "__main__":

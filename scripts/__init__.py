@@ -1,0 +1,1 @@
+"""Project scripts (importable so tests can call their checks)."""

@@ -1,0 +1,97 @@
+"""One load level end to end: the engine's counters around it, in one process or several.
+
+:func:`run_load` is what the runner calls per level. It reads the engine's SD counters before
+and after, and drives the streams either in this process (:mod:`speedbench.client.loadgen`) or
+in worker processes (:mod:`speedbench.client.multiproc`), which both build on the load
+generator's request loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import httpx
+
+from speedbench.client.loadgen import (
+    LoadResult,
+    LoadSettings,
+    WorkItem,
+    auto_workers,
+    run_async,
+    run_in_process,
+)
+from speedbench.client.multiproc import run_multiprocess
+from speedbench.config import EngineConfig, SpecConfig
+from speedbench.engines.base import EngineAdapter
+from speedbench.metrics.acceptance import SpecCounters
+from speedbench.records import RequestRecord
+from speedbench.tokenize import PromptTokenizer
+
+
+def scrape_metrics(engine: EngineConfig, adapter: EngineAdapter) -> str | None:
+    """The engine's metrics (or server-info) text; None if the endpoint is unavailable."""
+    try:
+        resp = httpx.get(engine.base_url + adapter.metrics_path, timeout=30.0)
+    except httpx.TransportError:
+        return None
+    return resp.text if resp.status_code == 200 else None
+
+
+def server_acceptance_length(adapter: EngineAdapter, metrics_text: str | None) -> float | None:
+    """The engine's own running AL, for adapters whose server states one (SGLang)."""
+    if metrics_text is None:
+        return None
+    try:
+        return adapter.server_acceptance_length(metrics_text)
+    except ValueError:  # a server-info page this adapter does not understand is no AL
+        return None
+
+
+def counter_delta(
+    adapter: EngineAdapter, before: SpecCounters | None, after: SpecCounters | None
+) -> SpecCounters | None:
+    """The engine's SD counters over a run (engines that reset on read report it directly)."""
+    if after is None:
+        return None
+    if adapter.counters_reset_on_read:
+        return after
+    return after - before if before is not None else None
+
+
+def run_load(
+    engine: EngineConfig,
+    spec: SpecConfig,
+    adapter: EngineAdapter,
+    items: Sequence[WorkItem],
+    settings: LoadSettings,
+    tokenizer: PromptTokenizer | None = None,
+    on_record: Callable[[RequestRecord], None] | None = None,
+    parts_dir: Path | None = None,
+) -> LoadResult:
+    """Drive one load level, in this process or in worker processes (``settings.workers``).
+
+    ``parts_dir`` keeps the workers' own record files (a temporary folder if None); a
+    single-process run writes through ``on_record`` only.
+    """
+    if settings.batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {settings.batch_size}")
+    if any(it.prompt_ids is None for it in items) and tokenizer is None:
+        raise ValueError("text prompts need a tokenizer")
+    workers = min(settings.workers or auto_workers(settings.batch_size), settings.batch_size)
+    before_text = scrape_metrics(engine, adapter)
+    before = adapter.parse_counters(before_text) if before_text is not None else None
+    if workers == 1:
+        result = run_async(
+            run_in_process(engine, spec, adapter, items, settings, tokenizer, on_record)
+        )
+    else:
+        result = run_multiprocess(
+            engine, spec, adapter, items, settings, tokenizer, on_record, workers, parts_dir
+        )
+    after_text = scrape_metrics(engine, adapter)
+    after = adapter.parse_counters(after_text) if after_text is not None else None
+    result.counters = counter_delta(adapter, before, after)
+    if (server_al := server_acceptance_length(adapter, after_text)) is not None:
+        result.extras["server_al"] = server_al
+    return result

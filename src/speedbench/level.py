@@ -1,0 +1,171 @@
+"""One level: one SD configuration, one split, one batch size, measured on a running engine.
+
+A level's directory (``OUT/<config>/<split>/bs<N>/``) holds:
+
+    records.jsonl    written per request as it finishes (crash-safe)
+    records.parquet  consolidated at the end of the level
+    metrics.json     the level's :class:`~speedbench.results.LevelMetrics`
+
+The sweep runner (:mod:`speedbench.sweep`) calls :func:`measure_level` for every point of its
+grid; this module knows nothing of grids, MLflow or Prefect.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from speedbench.client.loadgen import LoadSettings, WorkItem
+from speedbench.client.run import run_load
+from speedbench.config import EngineConfig
+from speedbench.engines.base import EngineError
+from speedbench.engines.running import RunningEngine, log_tail
+from speedbench.metrics.summary import summarize_level
+from speedbench.records import RecordSink, write_parquet
+from speedbench.results import LevelMetrics, finite, write_json
+from speedbench.secrets import redacted_engine
+from speedbench.tokenize import PromptTokenizer, check_token_ids
+
+log = logging.getLogger(__name__)
+
+# Settings that make vLLM usable on a small CPU host (see docs/machines.md, "vLLM on CPU").
+# One engine process (no multiprocessing) and a KV cache sized for a 24 GiB host.
+CPU_VLLM_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "4"}
+CPU_VLLM_ARGS = [
+    "--enforce-eager",
+    "--distributed-executor-backend",
+    "uni",
+    # On the CPU this flag reserves host memory; vLLM refuses to start when NUMA node 0
+    # has less free than asked.
+    "--gpu-memory-utilization",
+    "0.3",
+]
+
+
+def cpu_vllm_engine(model: str, port: int = 8000, **overrides: Any) -> EngineConfig:
+    """EngineConfig of the embedded default: vLLM's CPU build as a local process."""
+    fields: dict[str, Any] = {
+        "kind": "vllm",
+        "model": model,
+        "launcher": "local",
+        "port": port,
+        "dtype": "float32",
+        "max_model_len": 4096,
+        "extra_args": CPU_VLLM_ARGS,
+        "env": CPU_VLLM_ENV,
+    }
+    fields.update(overrides)
+    return EngineConfig(**fields)
+
+
+def check_alive(running: RunningEngine, when: str) -> None:
+    """Raise EngineError (quoting the log tail) if a local engine process has exited."""
+    code = running.exit_code()
+    if code is not None:
+        tail = log_tail(running.log_path)
+        raise EngineError(f"engine exited with code {code} {when}: {tail}")
+
+
+@dataclass
+class LevelResult:
+    """Where one measured level's outputs are, and its metrics."""
+
+    label: str
+    batch_size: int
+    metrics: LevelMetrics
+    directory: Path
+    split: str = ""
+
+    @property
+    def failed(self) -> str | None:
+        """Why the engine failed during the level (None if it did not)."""
+        return self.metrics.failed
+
+
+def load_level(directory: Path, label: str, split: str, batch_size: int) -> LevelResult | None:
+    """A level measured earlier, from its ``metrics.json`` (None if it is not on disk)."""
+    path = directory / "metrics.json"
+    if not path.exists():
+        return None
+    return LevelResult(label, batch_size, LevelMetrics.read(path), directory, split=split)
+
+
+def validate_items(items: Sequence[WorkItem], vocab_size: int) -> None:
+    """Fail before any request on pre-tokenized prompts with out-of-vocabulary ids."""
+    for it in items:
+        if it.prompt_ids is not None:
+            try:
+                check_token_ids(it.prompt_ids, vocab_size)
+            except ValueError as exc:
+                raise type(exc)(f"prompt {it.prompt_id}: {exc}") from None
+
+
+def measure_level(
+    running: RunningEngine,
+    items: Sequence[WorkItem],
+    settings: LoadSettings,
+    tokenizer: PromptTokenizer | None,
+    directory: Path,
+) -> LevelResult:
+    """Run one load level; records are durable as they arrive.
+
+    The level's records, metrics and client report are written even when the engine died
+    during it; ``metrics.failed`` then says why (quoting the engine log), and the caller
+    decides what a failed level means for the sweep.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    jsonl = directory / "records.jsonl"
+    jsonl.unlink(missing_ok=True)
+    with RecordSink(jsonl) as sink:
+        result = run_load(
+            running.engine,
+            running.spec,
+            running.adapter,
+            items,
+            settings,
+            tokenizer,
+            sink.write,
+            parts_dir=directory / "parts",
+        )
+    write_parquet(result.records, directory / "records.parquet")
+    figures: dict[str, Any] = summarize_level(
+        result.records,
+        result.counters,
+        running.spec.num_speculative_tokens,
+        server_al=result.extras.get("server_al"),  # type: ignore[arg-type]
+    )
+    figures["client"] = result.extras.get("client")
+    figures["failed"] = engine_failure(running, settings, result.aborted) or None
+    figures["config"] = {
+        "engine": redacted_engine(running.engine),
+        "spec": running.spec.model_dump(),
+        "batch_size": settings.batch_size,
+        "max_tokens": settings.max_tokens,
+        "temperature": settings.temperature,
+        "split": settings.split,
+    }
+    metrics = LevelMetrics.model_validate(finite(figures))
+    write_json(directory / "metrics.json", metrics.model_dump(mode="json"))
+    warning = (metrics.client or {}).get("warning")
+    if warning:
+        log.warning(
+            "%s %s bs%d: %s", running.spec.label, settings.split, settings.batch_size, warning
+        )
+    return LevelResult(
+        running.spec.label, settings.batch_size, metrics, directory, split=settings.split
+    )
+
+
+def engine_failure(running: RunningEngine, settings: LoadSettings, aborted: str | None) -> str:
+    """Why the engine failed during a level ('' if it did not): it exited, or stopped answering."""
+    when = f"while measuring {settings.split} at batch size {settings.batch_size}"
+    try:
+        check_alive(running, when)
+    except EngineError as exc:
+        return str(exc)
+    if aborted:
+        return f"{aborted} {when}: {log_tail(running.log_path)}"
+    return ""

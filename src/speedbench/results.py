@@ -1,0 +1,348 @@
+"""Typed results: what one measured level and one sweep produce, from metrics to report.
+
+The metrics layer computes plain figures; these models give them one schema that every
+consumer reads: the level's ``metrics.json``, the sweep's ``summary.json``, the MLflow scalars
+(:func:`tracking_scalars`), the DVC metrics files and the report. Nothing downstream parses a
+string key back into a meaning. Every model forbids unknown fields, so a renamed figure fails
+loudly where it is read instead of silently reading as missing.
+
+Floats are ``float | None``: a figure that is undefined for a level (no drafted step, no
+successful request) is NaN in memory and ``null`` in JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from speedbench.metrics.pareto import LoadPoint, pareto_front, speedup
+
+
+class Result(BaseModel):
+    """Base of every result model: unknown fields are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+Figure = float | None
+
+
+class Interval(Result):
+    """A bootstrap confidence interval."""
+
+    value: Figure
+    low: Figure
+    high: Figure
+
+
+class Distribution(Result):
+    """Mean and percentiles of a latency over requests."""
+
+    mean: Figure
+    p50: Figure
+    p90: Figure
+    p99: Figure
+    count: int
+
+
+class LoadFigures(Result):
+    """Throughput and latency of a set of requests."""
+
+    num_requests: int
+    num_failed: int
+    error_rate: Figure
+    output_tokens: int
+    duration_s: Figure
+    output_throughput_tok_s: Figure
+    per_user_tok_s: Figure
+    ttft_s: Distribution
+    tpot_s: Distribution
+    itl_s: Distribution
+    e2e_s: Distribution
+
+
+class AcceptanceFigures(Result):
+    """One acceptance view: rates per draft position and acceptance length (AL)."""
+
+    k: int
+    num_steps: int
+    conditional_ar: list[Figure]
+    joint_ar: list[Figure]
+    al_token_weighted: Figure
+    al_request_mean: Figure
+    histogram: list[float]
+    al_request_mean_ci: Interval | None = None
+    al_token_weighted_ci: Interval | None = None
+    requests_with_merged_chunks: int | None = None
+
+
+class EngineStepFigures(Result):
+    """AL from the engine's own per-request verification-step counts (SGLang)."""
+
+    al_token_weighted: Figure
+    al_request_mean: Figure
+    al_token_weighted_ci: Interval
+    requests: int
+    steps: int
+
+
+class ServerFigures(Result):
+    """The server's own running AL, as the engine states it."""
+
+    al: Figure
+
+
+class CounterDelta(Result):
+    """The engine's SD counters over a level (after minus before)."""
+
+    num_drafts: float
+    num_draft_tokens: float
+    num_accepted_tokens: float
+    accepted_per_pos: list[float]
+
+
+class CategoryFigures(Result):
+    """One category's share of a level."""
+
+    load: LoadFigures
+    acceptance_stream: AcceptanceFigures | None = None
+
+
+class LevelFigures(Result):
+    """A level's figures over all its requests, one field per acceptance view."""
+
+    load: LoadFigures
+    errors_by_kind: dict[str, int] = Field(default_factory=dict)
+    acceptance_stream: AcceptanceFigures | None = None
+    acceptance_counters: AcceptanceFigures | None = None
+    counters: CounterDelta | None = None
+    acceptance_engine_steps: EngineStepFigures | None = None
+    acceptance_server: ServerFigures | None = None
+
+
+class LevelMetrics(Result):
+    """Everything measured at one level: one SD config, one split, one batch size."""
+
+    overall: LevelFigures
+    per_category: dict[str, CategoryFigures]
+    client: dict[str, Any] | None = None
+    failed: str | None = None
+    config: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def read(cls, path: Path) -> LevelMetrics:
+        """A level's ``metrics.json``."""
+        return cls.model_validate_json(path.read_text())
+
+
+class SummaryRow(Result):
+    """One level in a sweep's summary table; acceptance figures are None without SD."""
+
+    config: str
+    split: str
+    batch_size: int
+    output_throughput_tok_s: Figure
+    per_user_tok_s: Figure
+    error_rate: Figure
+    ttft_p50_s: Figure
+    tpot_p50_s: Figure
+    al_stream: Figure = None
+    al_request_mean: Figure = None
+    conditional_ar: list[Figure] | None = None
+    al_by_category: dict[str, Figure] = Field(default_factory=dict)
+    al_counters: Figure = None
+    conditional_ar_counters: list[Figure] | None = None
+    al_engine_steps: Figure = None
+    al_server: Figure = None
+    speedup: Figure = None
+
+    @property
+    def is_speculative(self) -> bool:
+        """Whether this level drafted (the no-SD baseline is labelled ``none``)."""
+        return self.config != "none"
+
+    @classmethod
+    def of(cls, label: str, split: str, batch_size: int, metrics: LevelMetrics) -> SummaryRow:
+        """The summary row of a measured level (speedup is set by :func:`summarize_sweep`)."""
+        o = metrics.overall
+        row = cls(
+            config=label,
+            split=split,
+            batch_size=batch_size,
+            output_throughput_tok_s=o.load.output_throughput_tok_s,
+            per_user_tok_s=o.load.per_user_tok_s,
+            error_rate=o.load.error_rate,
+            ttft_p50_s=o.load.ttft_s.p50,
+            tpot_p50_s=o.load.tpot_s.p50,
+        )
+        if o.acceptance_stream:
+            row.al_stream = o.acceptance_stream.al_token_weighted
+            row.al_request_mean = o.acceptance_stream.al_request_mean
+            row.conditional_ar = o.acceptance_stream.conditional_ar
+            row.al_by_category = {
+                cat: entry.acceptance_stream.al_token_weighted
+                for cat, entry in metrics.per_category.items()
+                if entry.acceptance_stream
+            }
+        if o.acceptance_counters:
+            row.al_counters = o.acceptance_counters.al_token_weighted
+            row.conditional_ar_counters = o.acceptance_counters.conditional_ar
+        if o.acceptance_engine_steps:
+            row.al_engine_steps = o.acceptance_engine_steps.al_token_weighted
+        if o.acceptance_server:
+            row.al_server = o.acceptance_server.al
+        return row
+
+
+class ConfigFailure(Result):
+    """An SD configuration that could not be measured (in whole or in part), and why."""
+
+    config: str
+    error: str
+
+
+class SweepSummary(Result):
+    """A sweep's table of levels, its failures, Pareto fronts and plots."""
+
+    levels: list[SummaryRow]
+    status: Literal["running", "finished", "failed", "killed"] = "finished"
+    failures: list[ConfigFailure] = Field(default_factory=list)
+    pareto_batch_sizes: dict[str, list[int]] = Field(default_factory=dict)
+    plots: list[str] = Field(default_factory=list)
+    parent_run_id: str | None = None
+    tracking_uri: str | None = None
+
+    @classmethod
+    def read(cls, path: Path) -> SweepSummary:
+        """A sweep's ``summary.json``."""
+        return cls.model_validate_json(path.read_text())
+
+    def write(self, path: Path) -> Path:
+        """Write ``summary.json`` (standard JSON: NaN as null)."""
+        write_json(path, self.model_dump(mode="json"))
+        return path
+
+    @property
+    def many_splits(self) -> bool:
+        """Whether the sweep measured more than one split (labels then name the split)."""
+        return len({r.split for r in self.levels}) > 1
+
+
+def speedup_key(row: SummaryRow) -> tuple[str, int]:
+    """What a speedup compares across: the same split at the same batch size."""
+    return row.split, row.batch_size
+
+
+def summarize_sweep(
+    rows: Sequence[SummaryRow], failures: Sequence[ConfigFailure] = ()
+) -> SweepSummary:
+    """The sweep summary: rows with their speedup over the no-SD row of the same split and bs.
+
+    Every entry point (CLI, Prefect flow, DVC stage) gets its speedups here, from
+    :func:`speedbench.metrics.pareto.speedup`: SD output throughput over no-SD output throughput
+    at the same split and batch size. Rows without a measured baseline keep ``speedup`` None.
+    """
+    baseline = {
+        speedup_key(r): r.output_throughput_tok_s
+        for r in rows
+        if not r.is_speculative and r.output_throughput_tok_s is not None
+    }
+    levels = []
+    for r in rows:
+        key, value = speedup_key(r), None
+        if r.is_speculative and key in baseline and r.output_throughput_tok_s is not None:
+            value = speedup({key: r.output_throughput_tok_s}, {key: baseline[key]}).get(key)
+        levels.append(r.model_copy(update={"speedup": value}))
+    many = len({r.split for r in levels}) > 1
+    fronts: dict[str, list[int]] = {}
+    for label, split in dict.fromkeys((r.config, r.split) for r in levels):
+        points = [
+            LoadPoint(r.batch_size, r.per_user_tok_s or 0.0, r.output_throughput_tok_s or 0.0)
+            for r in levels
+            if r.config == label and r.split == split
+        ]
+        fronts[f"{label}/{split}" if many else label] = [p.batch_size for p in pareto_front(points)]
+    return SweepSummary(levels=levels, failures=list(failures), pareto_batch_sizes=fronts)
+
+
+CATEGORY_NAMESPACE = "by_category"
+
+
+def tracking_scalars(metrics: LevelMetrics) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """A level as scalar metrics and per-position series for a tracker.
+
+    Scalars: acceptance lengths of every view the engine gave (``al_stream``, ``al_counters``,
+    ``al_engine_steps``, ``al_server``), throughput, per-user speed, error rate,
+    TTFT/TPOT/ITL/E2E percentiles, error counts and the client's self-measurement. Per-category
+    AL lives in its own namespace, ``by_category/<category>/al_stream``, so no category name can
+    collide with a figure. Series (step = draft position j, from 1): conditional and joint
+    acceptance rates from the stream and from the engine's counters.
+    """
+    overall = metrics.overall
+    load = overall.load
+    scalars: dict[str, float | None] = {
+        "output_throughput_tok_s": load.output_throughput_tok_s,
+        "per_user_tok_s": load.per_user_tok_s,
+        "error_rate": load.error_rate,
+        "num_requests": load.num_requests,
+        "output_tokens": load.output_tokens,
+    }
+    for name in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+        dist: Distribution = getattr(load, name)
+        for q in ("p50", "p90", "p99"):
+            scalars[f"{name.removesuffix('_s')}_{q}_s"] = getattr(dist, q)
+    series: dict[str, list[float]] = {}
+    for view in ("stream", "counters"):
+        acc: AcceptanceFigures | None = getattr(overall, f"acceptance_{view}")
+        if acc is None:
+            continue
+        scalars[f"al_{view}"] = acc.al_token_weighted
+        scalars[f"al_{view}_request_mean"] = acc.al_request_mean
+        series[f"conditional_ar_{view}"] = [_nan(v) for v in acc.conditional_ar]
+        series[f"joint_ar_{view}"] = [_nan(v) for v in acc.joint_ar]
+    if steps := overall.acceptance_engine_steps:
+        scalars["al_engine_steps"] = steps.al_token_weighted
+        scalars["al_engine_steps_request_mean"] = steps.al_request_mean
+    if server := overall.acceptance_server:
+        scalars["al_server"] = server.al
+    for kind, count in overall.errors_by_kind.items():
+        scalars[f"errors_{kind}"] = count
+    client = metrics.client or {}
+    for name in ("loop_lag", "chunk_delay"):
+        if client.get(name):
+            scalars[f"client_{name}_p99_ms"] = client[name]["p99_ms"]
+    if client.get("cpu_fraction"):
+        scalars["client_cpu_max"] = max(client["cpu_fraction"])
+    for cat, entry in metrics.per_category.items():
+        if entry.acceptance_stream:
+            scalars[f"{CATEGORY_NAMESPACE}/{cat}/al_stream"] = (
+                entry.acceptance_stream.al_token_weighted
+            )
+    finite = {k: float(v) for k, v in scalars.items() if v is not None and math.isfinite(v)}
+    return finite, series
+
+
+def _nan(v: float | None) -> float:
+    return float("nan") if v is None else v
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write standard JSON (NaN and infinities as null), creating parent folders."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(finite(data), indent=2, sort_keys=True))
+
+
+def finite(x: Any) -> Any:
+    """NaN/inf -> None, recursively, so the JSON is standard."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [finite(v) for v in x]
+    return x

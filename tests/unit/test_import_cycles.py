@@ -1,0 +1,26 @@
+"""No import cycles inside src/speedbench, deferred imports included."""
+
+from pathlib import Path
+
+from scripts.import_cycles import cycles, import_graph
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_package_has_no_import_cycle():
+    assert cycles(import_graph(ROOT / "src")) == []
+
+
+def test_a_cycle_hidden_in_a_function_is_found(tmp_path):
+    pkg = tmp_path / "speedbench"
+    (pkg / "client").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "client" / "__init__.py").write_text("")
+    (pkg / "client" / "a.py").write_text("from speedbench.client.b import B\n")
+    (pkg / "client" / "b.py").write_text(
+        "def f():\n    from speedbench.client import a\n    return a\n"
+    )
+    only_for_types = "if TYPE_CHECKING:\n    from speedbench.client.a import A\n"
+    (pkg / "client" / "c.py").write_text("from typing import TYPE_CHECKING\n" + only_for_types)
+    (pkg / "client" / "d.py").write_text("from . import c\n")  # relative, one way: no cycle
+    assert cycles(import_graph(tmp_path)) == [["speedbench.client.a", "speedbench.client.b"]]

@@ -41,7 +41,9 @@ class RequestRecord:
     Times are seconds on one monotonic clock (``time.perf_counter``) shared by a whole run, so
     records of concurrent requests are comparable; they are not wall-clock dates.
     ``engine_steps`` is the number of verification steps the engine itself reports for the
-    request (SGLang's ``spec_verify_ct``), where it reports one.
+    request (SGLang's ``spec_verify_ct``), where it reports one. ``engine_accepted`` and
+    ``engine_drafted`` are the engine's own accepted and proposed draft counts of every drafted
+    verify step, in order (vLLM's per-request spec-decode metrics), where it reports them.
     """
 
     request_id: str
@@ -65,6 +67,8 @@ class RequestRecord:
     error_kind: str | None = None
     attempts: int = 1
     engine_steps: int | None = None
+    engine_accepted: list[int] | None = None
+    engine_drafted: list[int] | None = None
 
     def fail(self, kind: str, message: str) -> None:
         """Mark the request failed with one of :data:`ERROR_KINDS` and a one-line message."""
@@ -155,9 +159,14 @@ def frame_to_records(frame: pd.DataFrame) -> list[RequestRecord]:
     for row in frame.to_dict(orient="records"):
         for key in ("chunk_times_s", "chunk_tokens", "output_token_ids"):
             row[key] = [x.item() if hasattr(x, "item") else x for x in list(row[key])]
-        for key in ("finish_reason", "error", "error_kind"):
+        for key in ("engine_accepted", "engine_drafted"):
+            value = row.get(key)
+            row[key] = None if value is None else [int(x) for x in list(value)]
+        for key in ("finish_reason", "error", "error_kind", "engine_steps"):
             if row.get(key) is not None and pd.isna(row[key]):
                 row[key] = None
+        if row.get("engine_steps") is not None:
+            row["engine_steps"] = int(row["engine_steps"])
         out.append(RequestRecord(**row))
     return out
 

@@ -106,11 +106,30 @@ class CounterDelta(Result):
     accepted_per_pos: list[float]
 
 
+class ViewFigures(Result):
+    """One named acceptance view (:mod:`speedbench.metrics.views`) of a set of requests."""
+
+    view: Literal["speed_bench", "stream", "engine", "counters"]
+    k: int
+    units: Literal["questions", "requests", "none"]
+    count: int
+    num_steps: int
+    num_tokens: int
+    conditional_ar: list[Figure]
+    joint_ar: list[Figure]
+    al_token_weighted: Figure
+    al_request_mean: Figure
+    al_request_mean_ci: Interval | None = None
+    al_token_weighted_ci: Interval | None = None
+    left_out: dict[str, int] = Field(default_factory=dict)
+
+
 class CategoryFigures(Result):
     """One category's share of a level."""
 
     load: LoadFigures
     acceptance_stream: AcceptanceFigures | None = None
+    views: dict[str, ViewFigures] = Field(default_factory=dict)
 
 
 class LevelFigures(Result):
@@ -123,6 +142,7 @@ class LevelFigures(Result):
     counters: CounterDelta | None = None
     acceptance_engine_steps: EngineStepFigures | None = None
     acceptance_server: ServerFigures | None = None
+    views: dict[str, ViewFigures] = Field(default_factory=dict)
 
 
 class LevelMetrics(Result):
@@ -160,6 +180,15 @@ class SummaryRow(Result):
     al_engine_steps: Figure = None
     al_server: Figure = None
     speedup: Figure = None
+    # SPEED-Bench's own view: Average_AL (mean over questions), its pooled AL, Category_AL.
+    al_speed_bench_request_mean: Figure = None
+    al_speed_bench: Figure = None
+    conditional_ar_speed_bench: list[Figure] | None = None
+    al_speed_bench_by_category: dict[str, Figure] = Field(default_factory=dict)
+    # The engine's own per-request view (vLLM per-request metrics, SGLang spec_verify_ct).
+    al_engine: Figure = None
+    al_engine_request_mean: Figure = None
+    conditional_ar_engine: list[Figure] | None = None
 
     @property
     def is_speculative(self) -> bool:
@@ -196,6 +225,19 @@ class SummaryRow(Result):
             row.al_engine_steps = o.acceptance_engine_steps.al_token_weighted
         if o.acceptance_server:
             row.al_server = o.acceptance_server.al
+        if sb := o.views.get("speed_bench"):
+            row.al_speed_bench_request_mean = sb.al_request_mean
+            row.al_speed_bench = sb.al_token_weighted
+            row.conditional_ar_speed_bench = sb.conditional_ar
+            row.al_speed_bench_by_category = {
+                cat: entry.views["speed_bench"].al_request_mean
+                for cat, entry in metrics.per_category.items()
+                if "speed_bench" in entry.views
+            }
+        if engine := o.views.get("engine"):
+            row.al_engine = engine.al_token_weighted
+            row.al_engine_request_mean = engine.al_request_mean
+            row.conditional_ar_engine = engine.conditional_ar
         return row
 
 
@@ -276,12 +318,14 @@ CATEGORY_NAMESPACE = "by_category"
 def tracking_scalars(metrics: LevelMetrics) -> tuple[dict[str, float], dict[str, list[float]]]:
     """A level as scalar metrics and per-position series for a tracker.
 
-    Scalars: acceptance lengths of every view the engine gave (``al_stream``, ``al_counters``,
-    ``al_engine_steps``, ``al_server``), throughput, per-user speed, error rate,
-    TTFT/TPOT/ITL/E2E percentiles, error counts and the client's self-measurement. Per-category
-    AL lives in its own namespace, ``by_category/<category>/al_stream``, so no category name can
-    collide with a figure. Series (step = draft position j, from 1): conditional and joint
-    acceptance rates from the stream and from the engine's counters.
+    Scalars: acceptance lengths of every view, named ``al_<view>`` (token-weighted) and
+    ``al_<view>_request_mean`` (``al_speed_bench_request_mean`` is SPEED-Bench's Average_AL),
+    plus ``al_engine_steps`` and ``al_server`` where the engine gives them; throughput,
+    per-user speed, error rate, TTFT/TPOT/ITL/E2E percentiles, error counts and the client's
+    self-measurement. Per-category figures live in their own namespace,
+    ``by_category/<category>/<figure>``, so no category name can collide with a figure.
+    Series (step = draft position j, from 1): conditional and joint acceptance rates of every
+    view that has them.
     """
     overall = metrics.overall
     load = overall.load
@@ -310,6 +354,12 @@ def tracking_scalars(metrics: LevelMetrics) -> tuple[dict[str, float], dict[str,
         scalars["al_engine_steps_request_mean"] = steps.al_request_mean
     if server := overall.acceptance_server:
         scalars["al_server"] = server.al
+    for name in ("speed_bench", "engine"):
+        if view := overall.views.get(name):
+            scalars[f"al_{name}"] = view.al_token_weighted
+            scalars[f"al_{name}_request_mean"] = view.al_request_mean
+            series[f"conditional_ar_{name}"] = [_nan(v) for v in view.conditional_ar]
+            series[f"joint_ar_{name}"] = [_nan(v) for v in view.joint_ar]
     for kind, count in overall.errors_by_kind.items():
         scalars[f"errors_{kind}"] = count
     client = metrics.client or {}

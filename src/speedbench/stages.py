@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from speedbench.config import ConfigError, SweepConfig, load_config
-from speedbench.results import SweepSummary
+from speedbench.results import SummaryRow, SweepSummary
 
 ACCEPTANCE_FILE = "acceptance.json"
 THROUGHPUT_FILE = "throughput.json"
@@ -43,24 +43,53 @@ def stage_sweep(params: dict[str, Any], stage: str, results_dir: str = "results"
     return load_config(SweepConfig, fields)
 
 
+def acceptance_views(row: SummaryRow) -> dict[str, dict[str, Any]]:
+    """A level's acceptance figures grouped by the view that defines them (absent views left out).
+
+    ``speed_bench.al_request_mean`` is SPEED-Bench's Average_AL and ``speed_bench.al_by_category``
+    its Category_AL; ``stream.al_by_category`` is the stream view's token-weighted AL.
+    """
+    views = {
+        "speed_bench": {
+            "al_request_mean": row.al_speed_bench_request_mean,
+            "al_token_weighted": row.al_speed_bench,
+            "conditional_ar": row.conditional_ar_speed_bench,
+            "al_by_category": row.al_speed_bench_by_category or None,
+        },
+        "stream": {
+            "al_token_weighted": row.al_stream,
+            "al_request_mean": row.al_request_mean,
+            "conditional_ar": row.conditional_ar,
+            "al_by_category": row.al_by_category or None,
+        },
+        "engine": {
+            "al_token_weighted": row.al_engine,
+            "al_request_mean": row.al_engine_request_mean,
+            "conditional_ar": row.conditional_ar_engine,
+        },
+        "counters": {
+            "al_token_weighted": row.al_counters,
+            "conditional_ar": row.conditional_ar_counters,
+        },
+    }
+    out = {}
+    for name, figures in views.items():
+        present = {k: v for k, v in figures.items() if v is not None}
+        if present:
+            out[name] = present
+    return out
+
+
 def acceptance_metrics(summary: SweepSummary) -> dict[str, Any]:
-    """Per SD config, split and batch size: AL (stream, counters), conditional AR, AL by category.
+    """Per SD config, split and batch size: every acceptance view's AL, AR and AL by category.
 
     Values are rounded to 6 digits, far below any real change and above float noise in JSON.
     """
-    out: dict[str, Any] = {}
-    for row in summary.levels:
-        if not row.is_speculative:
-            continue
-        entry = {
-            "al_stream": row.al_stream,
-            "al_counters": row.al_counters,
-            "conditional_ar": row.conditional_ar_counters or row.conditional_ar,
-            "al_by_category": row.al_by_category,
-        }
-        key = f"{row.config}/{row.split}/bs{row.batch_size}"
-        out[key] = _round(entry)
-    return out
+    return {
+        f"{row.config}/{row.split}/bs{row.batch_size}": _round(acceptance_views(row))
+        for row in summary.levels
+        if row.is_speculative
+    }
 
 
 def throughput_metrics(summary: SweepSummary) -> dict[str, Any]:
@@ -85,10 +114,11 @@ def write_stage_metrics(summary: SweepSummary, out_dir: Path) -> list[Path]:
     acc.write_text(json.dumps(acceptance_metrics(summary), indent=2, sort_keys=True) + "\n")
     thr = out_dir / THROUGHPUT_FILE
     thr.write_text(json.dumps(throughput_metrics(summary), indent=2, sort_keys=True) + "\n")
-    lines = ["config,position,conditional_ar"]
-    for key, entry in acceptance_metrics(summary).items():
-        for j, ar in enumerate(entry["conditional_ar"] or [], start=1):
-            lines.append(f"{key},{j},{ar}")
+    lines = ["config,view,position,conditional_ar"]
+    for key, views in acceptance_metrics(summary).items():
+        for view, figures in views.items():
+            for j, ar in enumerate(figures.get("conditional_ar") or [], start=1):
+                lines.append(f"{key},{view},{j},{ar}")
     csv = out_dir / AR_CSV
     csv.write_text("\n".join(lines) + "\n")
     return [acc, thr, csv]

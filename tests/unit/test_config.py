@@ -1,6 +1,9 @@
+import json
+
 import pytest
 
 from speedbench.config import (
+    SPEC_METHODS,
     ConfigError,
     EngineConfig,
     SpecConfig,
@@ -203,12 +206,15 @@ def test_summary_table_lists_per_category_al_with_whole_names():
                 "draft_model-k3",
                 output_throughput_tok_s=3.3,
                 al_stream=2.9,
-                al_by_category={"coding": 3.25, "summarization": 3.75},
+                al_speed_bench_request_mean=2.8,
+                al_speed_bench_by_category={"coding": 3.25, "summarization": 3.75},
             ),
         ]
     )
     lines = format_summary(summary).splitlines()
-    assert lines[2].split() == ["draft_model-k3", "1", "3.300", "2.900", "-", "1.100", "0.000"]
+    assert lines[0].split()[:4] == ["config", "bs", "tok/s", "AL"]  # "AL speed_bench"
+    expected = ["draft_model-k3", "1", "3.300", "2.800", "2.900", "-", "-", "1.100", "0.000"]
+    assert lines[2].split() == expected
     assert lines[-2].split() == ["config", "bs", "coding", "summarization"]  # never cut
     assert lines[-1].split() == ["draft_model-k3", "1", "3.250", "3.750"]
 
@@ -226,3 +232,48 @@ def test_one_speedup_formula_same_split_and_batch_size_only():
     )
     assert [r.speedup for r in summary.levels] == [None, None, 1.25, 0.8, None]
     assert summary.pareto_batch_sizes == {"none": [1, 4], "ngram-k3": [1, 4]}
+
+
+def _sweep_args(*argv):
+    from speedbench.cli import build_parser, flags_given
+
+    args = build_parser().parse_args(["sweep", *argv])
+    return SweepConfig(**flags_given(args, SweepConfig))
+
+
+def test_cli_methods_none_and_ngram_measure_both():
+    config = _sweep_args("--methods", "none", "ngram", "--draft-lengths", "3")
+    assert [s.label for s in config.spec_configs()] == ["none", "ngram-k3"]
+    # Asking for ngram alone still measures the baseline, so the speedup is defined.
+    config = _sweep_args("--methods", "ngram", "--draft-lengths", "3", "4")
+    assert [s.label for s in config.spec_configs()] == ["none", "ngram-k3", "ngram-k4"]
+
+
+def test_cli_flags_are_the_form_fields_each_with_its_help():
+    from speedbench.cli import TRACKING_FIELDS, build_parser
+
+    sweep = build_parser()._subparsers._group_actions[0].choices["sweep"]
+    flags = {a.dest: a for a in sweep._actions if a.dest not in ("help", "config")}
+    assert set(flags) == set(SweepConfig.model_fields) - TRACKING_FIELDS
+    for name, action in flags.items():
+        assert action.help.startswith(SweepConfig.model_fields[name].description), name
+    assert flags["methods"].choices == list(SPEC_METHODS)
+    # Values are validated by the model alone, with its one-line message.
+    with pytest.raises(ConfigError, match=r"SweepConfig: batch_sizes must all be >= 1, got \[0\]"):
+        load_config(SweepConfig, {"batch_sizes": [0]})
+    assert _sweep_args("--batch-sizes", "1", "4", "--no-multiturn").batch_sizes == [1, 4]
+
+
+def test_a_prompt_file_is_measured_as_a_split_named_after_it(tmp_path):
+    from speedbench.plan import sweep_items
+
+    path = tmp_path / "my-prompts.jsonl"
+    rows = [{"question_id": f"q{i}", "category": c, "turns": ["Hi"]} for i, c in enumerate("aab")]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    config = SweepConfig(prompt_file=str(path), categories=["a"])
+    assert config.split_names == ["my-prompts"]
+    items = sweep_items(config)
+    assert list(items) == ["my-prompts"] and [it.prompt_id for it in items["my-prompts"]] == [
+        "q0",
+        "q1",
+    ]

@@ -50,6 +50,10 @@ SUMMARY_JSON = {
             "conditional_ar": [0.7, 0.5],
             "conditional_ar_counters": [0.71, 0.52],
             "al_by_category": {"coding": 2.5, "qa": 1.5},
+            "al_speed_bench_request_mean": 1.9,
+            "al_speed_bench": 1.95,
+            "conditional_ar_speed_bench": [0.6, 0.5],
+            "al_speed_bench_by_category": {"coding": 2.25, "qa": 1.4},
             "ttft_p50_s": 0.2,
             "tpot_p50_s": 0.16,
         },
@@ -89,10 +93,18 @@ def test_acceptance_and_throughput_metrics():
     acc = acceptance_metrics(SUMMARY)
     assert acc == {
         "ngram-k2/qualitative/bs1": {
-            "al_stream": 2.123457,
-            "al_counters": 2.1,
-            "conditional_ar": [0.71, 0.52],
-            "al_by_category": {"coding": 2.5, "qa": 1.5},
+            "speed_bench": {
+                "al_request_mean": 1.9,
+                "al_token_weighted": 1.95,
+                "conditional_ar": [0.6, 0.5],
+                "al_by_category": {"coding": 2.25, "qa": 1.4},
+            },
+            "stream": {
+                "al_token_weighted": 2.123457,
+                "conditional_ar": [0.7, 0.5],
+                "al_by_category": {"coding": 2.5, "qa": 1.5},
+            },
+            "counters": {"al_token_weighted": 2.1, "conditional_ar": [0.71, 0.52]},
         }
     }
     thr = throughput_metrics(SUMMARY)
@@ -104,11 +116,11 @@ def test_compare_acceptance_lists_every_difference():
     ref = acceptance_metrics(SUMMARY)
     assert compare_acceptance(ref, ref) == []
     changed = json.loads(json.dumps(ref))
-    changed["ngram-k2/qualitative/bs1"]["al_by_category"]["qa"] = 1.6
+    changed["ngram-k2/qualitative/bs1"]["speed_bench"]["al_by_category"]["qa"] = 1.6
     changed["extra/qualitative/bs4"] = {}
     assert compare_acceptance(ref, changed) == [
         "extra/qualitative/bs4: measured, not in the reference",
-        "ngram-k2/qualitative/bs1 al_by_category.qa: reference 1.5, measured 1.6",
+        "ngram-k2/qualitative/bs1 speed_bench.al_by_category.qa: reference 1.4, measured 1.6",
     ]
     assert compare_acceptance(ref, {}) == [
         "ngram-k2/qualitative/bs1: in the reference, not measured"
@@ -119,13 +131,20 @@ def test_stage_metrics_files_and_report(tmp_path):
     paths = write_stage_metrics(SUMMARY, tmp_path / "metrics" / "qualitative")
     assert [p.name for p in paths] == ["acceptance.json", "throughput.json", "conditional_ar.csv"]
     assert paths[2].read_text().splitlines() == [
-        "config,position,conditional_ar",
-        "ngram-k2/qualitative/bs1,1,0.71",
-        "ngram-k2/qualitative/bs1,2,0.52",
+        "config,view,position,conditional_ar",
+        "ngram-k2/qualitative/bs1,speed_bench,1,0.6",
+        "ngram-k2/qualitative/bs1,speed_bench,2,0.5",
+        "ngram-k2/qualitative/bs1,stream,1,0.7",
+        "ngram-k2/qualitative/bs1,stream,2,0.5",
+        "ngram-k2/qualitative/bs1,counters,1,0.71",
+        "ngram-k2/qualitative/bs1,counters,2,0.52",
     ]
     (tmp_path / "qualitative").mkdir()
     (tmp_path / "qualitative" / "summary.json").write_text(json.dumps(SUMMARY_JSON))
     text = render(tmp_path, "mlflow/mlflow.db")
-    assert "| coding | 2.50 |" in text and "| **all** | **2.12** |" in text
-    assert "| ngram-k2 | 1 | 2.10 | 0.710 | 0.520 |" in text
+    assert "| category (speed_bench view: Category_AL) | ngram-k2 bs1 |" in text
+    assert "| coding | 2.25 |" in text and "| **all** (Average_AL) | **1.90** |" in text
+    assert "| ngram-k2 | qualitative | 1 | 1.90 | 1.95 | 2.12 | - | 2.10 |" in text
+    assert "| ngram-k2 | 1 | speed_bench | 1.95 | 0.600 | 0.500 |" in text
+    assert "| ngram-k2 | 1 | counters | 2.10 | 0.710 | 0.520 |" in text
     assert "| ngram-k2 | qualitative | 1 | 6.00 | 6.10 | 1.20 | 0% |" in text

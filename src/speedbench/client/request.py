@@ -112,6 +112,9 @@ async def stream_one(
             ids = ids[-new:] if new > 0 else []
         if "verify_steps" in event.extra:
             record.engine_steps = event.extra["verify_steps"]
+        if "accepted_steps" in event.extra:
+            record.engine_accepted = list(event.extra["accepted_steps"])
+            record.engine_drafted = list(event.extra.get("drafted_steps") or [])
         if ids:
             record.chunk_times_s.append(now_ns / 1e9)
             record.chunk_tokens.append(len(ids))

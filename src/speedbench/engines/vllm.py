@@ -93,6 +93,10 @@ class VLLMAdapter(EngineAdapter):
         cfg = speculative_config(spec)
         if cfg is not None:
             args += ["--speculative-config", json.dumps(cfg, sort_keys=True)]
+            # The engine view of acceptance: every request's ordered accepted/proposed counts
+            # of its drafted verify steps, in the final usage chunk of its stream (vLLM 0.32,
+            # vllm/config/observability.py).
+            args += ["--per-request-spec-decode-metrics", "detailed"]
         return args + list(engine.extra_args)
 
     def request_body(
@@ -114,6 +118,8 @@ class VLLMAdapter(EngineAdapter):
             "return_token_ids": True,
             "ignore_eos": ignore_eos,
             "skip_special_tokens": False,
+            # The final usage chunk carries the per-request spec-decode metrics when streaming.
+            "stream_options": {"include_usage": True},
         }
         if seed is not None:
             body["seed"] = seed
@@ -128,7 +134,7 @@ class VLLMAdapter(EngineAdapter):
             return error
         choices = data.get("choices") or []
         if not choices:
-            return StreamEvent()
+            return StreamEvent(extra=_spec_decode_steps(data))
         choice = choices[0]
         return StreamEvent(
             token_ids=choice.get("token_ids") or [],
@@ -159,3 +165,18 @@ class VLLMAdapter(EngineAdapter):
             num_accepted_tokens=values.get("num_accepted_tokens", 0.0),
             accepted_per_pos=tuple(per_pos.get(i, 0.0) for i in range(n)),
         )
+
+
+def _spec_decode_steps(data: dict[str, Any]) -> dict[str, Any]:
+    """The per-step accepted/proposed arrays of a final usage chunk (empty if absent)."""
+    metrics = data.get("metrics") or {}
+    spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
+    if not isinstance(spec, dict) or "per_step_accepted" not in spec:
+        # A request whose steps all missed (no draft) has no arrays but a zero step count.
+        if isinstance(spec, dict) and spec.get("num_spec_steps") == 0:
+            return {"accepted_steps": [], "drafted_steps": []}
+        return {}
+    return {
+        "accepted_steps": [int(a) for a in spec["per_step_accepted"]],
+        "drafted_steps": [int(d) for d in spec.get("per_step_drafted") or []],
+    }

@@ -1,4 +1,8 @@
-"""Summaries of one measured load level: acceptance (two sources), latency, throughput, CIs.
+"""Summaries of one measured load level: acceptance (every view), latency, throughput, CIs.
+
+``views`` holds every named acceptance view (:mod:`speedbench.metrics.views`: ``speed_bench``,
+``stream``, ``engine``, ``counters``), overall and per category. The fields below predate them
+and stay for readers of earlier ``metrics.json`` files.
 
 Two acceptance views are reported side by side because they answer different questions:
 
@@ -33,6 +37,7 @@ from speedbench.metrics.acceptance import (
 )
 from speedbench.metrics.bootstrap import mean_ci, ratio_ci
 from speedbench.metrics.latency import summarize_load
+from speedbench.metrics.views import all_views
 from speedbench.records import RequestRecord
 
 
@@ -111,6 +116,7 @@ def summarize_level(
             overall["acceptance_engine_steps"] = engine_steps
         if server_al is not None:
             overall["acceptance_server"] = {"al": server_al}
+        overall["views"] = {n: v.as_dict() for n, v in all_views(records, counters, k).items()}
     by_cat: dict[str, list[RequestRecord]] = defaultdict(list)
     for r in records:
         by_cat[r.category].append(r)
@@ -119,5 +125,7 @@ def summarize_level(
         entry: dict[str, object] = {"load": summarize_load(by_cat[cat]).as_dict()}
         if k > 0:
             entry["acceptance_stream"] = stream_acceptance(by_cat[cat], k)
+            views = all_views(by_cat[cat], None, k)  # counters are per level, not per category
+            entry["views"] = {n: v.as_dict() for n, v in views.items()}
         per_category[cat] = entry
     return {"overall": overall, "per_category": per_category}

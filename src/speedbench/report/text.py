@@ -12,6 +12,13 @@ from typing import Any
 from speedbench.results import SummaryRow, SweepSummary
 
 STAGE_DIRS = ("qualitative", "throughput")
+VIEWS_NOTE = (
+    "Views (docs/acceptance-views.md): speed_bench = SPEED-Bench's own rule (every streamed step, "
+    "prefill included, turns pooled per question; Average_AL is the mean over questions); "
+    "stream = speedbench's (prefill chunk left out, token-weighted); engine = the engine's "
+    "per-request counts (drafted steps only); counters = the engine's Prometheus counters "
+    "(drafted steps only)."
+)
 
 
 def load_summaries(results: Path) -> dict[str, SweepSummary]:
@@ -29,32 +36,69 @@ def _fmt(v: Any, spec: str = ".2f") -> str:
 
 
 def category_table(summary: SweepSummary) -> list[str]:
-    """Markdown table: AL per category for every SD config and batch size."""
-    rows = [r for r in summary.levels if r.al_by_category]
+    """Markdown table: AL per category for every SD config and batch size, SPEED-Bench's view.
+
+    Cells are SPEED-Bench's Category_AL (mean over questions of each question's AL, every
+    streamed step counted, the prefill one included); the last row is its Average_AL. Levels
+    measured before that view existed fall back to the stream view, and the header says so.
+    """
+    rows = [r for r in summary.levels if r.al_speed_bench_by_category or r.al_by_category]
     if not rows:
         return []
-    cats = sorted({c for r in rows for c in r.al_by_category})
+    legacy = not all(r.al_speed_bench_by_category for r in rows)
+    by_cat = [r.al_by_category if legacy else r.al_speed_bench_by_category for r in rows]
+    overall = [r.al_stream if legacy else r.al_speed_bench_request_mean for r in rows]
+    cats = sorted({c for cells in by_cat for c in cells})
     heads = [f"{r.config} bs{r.batch_size}" for r in rows]
-    lines = ["| category | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
+    view = "stream view, token-weighted" if legacy else "speed_bench view: Category_AL"
+    lines = [f"| category ({view}) | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
     for c in cats:
-        lines.append(f"| {c} | " + " | ".join(_fmt(r.al_by_category.get(c)) for r in rows) + " |")
-    lines.append("| **all** | " + " | ".join(f"**{_fmt(r.al_stream)}**" for r in rows) + " |")
+        lines.append(f"| {c} | " + " | ".join(_fmt(cells.get(c)) for cells in by_cat) + " |")
+    name = "**all** (token-weighted)" if legacy else "**all** (Average_AL)"
+    lines.append(f"| {name} | " + " | ".join(f"**{_fmt(v)}**" for v in overall) + " |")
+    return lines
+
+
+VIEW_COLUMNS = (
+    ("al_speed_bench_request_mean", "speed_bench Average_AL"),
+    ("al_speed_bench", "speed_bench pooled"),
+    ("al_stream", "stream"),
+    ("al_engine", "engine"),
+    ("al_counters", "counters"),
+)
+
+
+def views_table(summary: SweepSummary) -> list[str]:
+    """Markdown table: overall AL of every SD level in every acceptance view, side by side."""
+    rows = [r for r in summary.levels if r.is_speculative]
+    if not rows:
+        return []
+    heads = " | ".join(title for _, title in VIEW_COLUMNS)
+    lines = [f"| config | split | bs | {heads} |", "|---|---|---|" + "---|" * len(VIEW_COLUMNS)]
+    for r in rows:
+        cells = " | ".join(_fmt(getattr(r, key)) for key, _ in VIEW_COLUMNS)
+        lines.append(f"| {r.config} | {r.split} | {r.batch_size} | {cells} |")
     return lines
 
 
 def ar_table(summary: SweepSummary) -> list[str]:
-    """Markdown table: conditional AR per draft position (engine counters) per SD config."""
-    rows = [r for r in summary.levels if r.conditional_ar_counters]
+    """Markdown table: conditional AR per draft position, SPEED-Bench's view and the counters'."""
+    rows = [r for r in summary.levels if r.conditional_ar_speed_bench or r.conditional_ar_counters]
     if not rows:
         return []
-    k = max(len(r.conditional_ar_counters or []) for r in rows)
+    k = max(len(r.conditional_ar_speed_bench or r.conditional_ar_counters or []) for r in rows)
     lines = [
-        "| config | bs | AL (counters) | " + " | ".join(f"AR_{j}" for j in range(1, k + 1)) + " |",
-        "|---|---|---|" + "---|" * k,
+        "| config | bs | view | AL | " + " | ".join(f"AR_{j}" for j in range(1, k + 1)) + " |",
+        "|---|---|---|---|" + "---|" * k,
     ]
     for r in rows:
-        ars = " | ".join(_fmt(a, ".3f") for a in r.conditional_ar_counters or [])
-        lines.append(f"| {r.config} | {r.batch_size} | {_fmt(r.al_counters)} | {ars} |")
+        for view, ars, al in (
+            ("speed_bench", r.conditional_ar_speed_bench, r.al_speed_bench),
+            ("counters", r.conditional_ar_counters, r.al_counters),
+        ):
+            if ars:
+                cells = " | ".join(_fmt(a, ".3f") for a in ars)
+                lines.append(f"| {r.config} | {r.batch_size} | {view} | {_fmt(al)} | {cells} |")
     return lines
 
 
@@ -97,6 +141,8 @@ def render(results: Path, mlflow_uri: str | None = None) -> str:
     qual = summaries.get("qualitative")
     if qual:
         out += ["## Acceptance length by category (qualitative split)", "", *category_table(qual)]
+        out += ["", "## Acceptance length in every view", "", *views_table(qual)]
+        out += ["", VIEWS_NOTE]
         out += ["", "## Conditional acceptance rate by position", "", *ar_table(qual)]
         out += ["", "## Throughput and speedup (qualitative split)", "", *throughput_table(qual)]
     thr = summaries.get("throughput")
@@ -118,7 +164,9 @@ def render(results: Path, mlflow_uri: str | None = None) -> str:
 SUMMARY_COLUMNS = {
     "batch_size": "bs",
     "output_throughput_tok_s": "tok/s",
+    "al_speed_bench_request_mean": "AL speed_bench",
     "al_stream": "AL stream",
+    "al_engine": "AL engine",
     "al_counters": "AL counters",
     "speedup": "speedup",
     "error_rate": "errors",
@@ -129,18 +177,18 @@ def format_summary(summary: SweepSummary) -> str:
     """A plain-text table of the measured levels, then AL by category (names never cut)."""
     rows = summary.levels
     config_w = max([len("config"), *(len(_row_name(r, summary)) for r in rows)])
-    lines = [f"{'config':>{config_w}} " + " ".join(f"{h:>12}" for h in SUMMARY_COLUMNS.values())]
+    lines = [f"{'config':>{config_w}} " + " ".join(f"{h:>14}" for h in SUMMARY_COLUMNS.values())]
     for row in rows:
-        cells = [_cell(getattr(row, key), 12) for key in SUMMARY_COLUMNS]
+        cells = [_cell(getattr(row, key), 14) for key in SUMMARY_COLUMNS]
         lines.append(f"{_row_name(row, summary):>{config_w}} " + " ".join(cells))
-    sd_rows = [r for r in rows if r.al_by_category]
+    sd_rows = [r for r in rows if r.al_speed_bench_by_category]
     if sd_rows:
-        cats = sorted({c for r in sd_rows for c in r.al_by_category})
+        cats = sorted({c for r in sd_rows for c in r.al_speed_bench_by_category})
         width = max(7, *(len(c) for c in cats))
-        lines += ["", "AL (stream, token-weighted) by category"]
+        lines += ["", "AL by category (speed_bench view: Category_AL, mean over questions)"]
         lines.append(f"{'config':>{config_w}} {'bs':>4} " + " ".join(f"{c:>{width}}" for c in cats))
         for r in sd_rows:
-            cells = " ".join(_cell(r.al_by_category.get(c), width) for c in cats)
+            cells = " ".join(_cell(r.al_speed_bench_by_category.get(c), width) for c in cats)
             lines.append(f"{_row_name(r, summary):>{config_w}} {r.batch_size:>4} {cells}")
     return "\n".join(lines)
 

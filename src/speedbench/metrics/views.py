@@ -1,0 +1,234 @@
+"""Named acceptance views: the same records read by the rules of different sources.
+
+Every acceptance number speedbench publishes names the view it comes from
+(docs/acceptance-views.md gives each rule, its source and where the views differ):
+
+* ``speed_bench``: SPEED-Bench's own framework (NVIDIA Model-Optimizer
+  ``examples/specdec_bench``, ``metrics/acceptance_rate.py`` and ``metrics/specbench.py``).
+  A *step* is every streamed output that adds tokens, the first (prefill) output included;
+  the steps of all turns of a question are pooled. Per-question AL = tokens / steps;
+  ``Average_AL`` (``al_request_mean``) is the mean over questions, ``Category_AL`` the same mean
+  within a category. Conditional AR is keyed by step length L = j + 1, from the pooled
+  histogram of lengths: AR_j = #(len >= j + 1) / #(len >= j).
+* ``stream``: speedbench's own reading of the stream. The prefill chunk is not a step; every
+  later chunk is one verification step that accepted ``size - 1`` drafts (an n-gram miss
+  counts, as a = 0). Per request (turn); a request whose chunks were merged is left out.
+* ``engine``: the engine's own per-request step counts. vLLM (``--per-request-spec-decode-
+  metrics detailed``) reports the accepted count of every *drafted* verify step: AL = 1 + mean
+  accepted. SGLang reports ``spec_verify_ct``: AL = completion tokens / verify steps, its own
+  ``spec_accept_length`` rule (prefill token in, no per-position rates).
+* ``counters``: the engine's Prometheus counters over the level (vLLM's ``spec_decode_*``),
+  drafted steps only: AL = 1 + accepted / drafts; token-weighted by nature, no request mean.
+
+All views report conditional and joint AR per draft position 1..k and AL both as a request (or
+question) mean and token-weighted, with bootstrap intervals where per-request data exists.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from speedbench.metrics.acceptance import SpecCounters, acceptance_from_counters
+from speedbench.metrics.bootstrap import Interval, mean_ci, ratio_ci
+from speedbench.records import RequestRecord
+
+VIEWS = ("speed_bench", "stream", "engine", "counters")
+NAN = float("nan")
+
+
+@dataclass(frozen=True)
+class ViewFigures:
+    """One acceptance view of a set of requests.
+
+    Attributes:
+        view: Which rule produced it (one of :data:`VIEWS`).
+        k: Draft length.
+        units: What was averaged for ``al_request_mean``: questions, requests or none.
+        count: How many of those units entered (0 for counters).
+        num_steps: Steps counted under this view's rule.
+        num_tokens: Tokens those steps emitted (under this view's rule).
+        conditional_ar: Conditional AR per draft position 1..k (NaN where undefined).
+        joint_ar: P(accepted >= j) per position 1..k, the running product of the above.
+        al_token_weighted: ``num_tokens / num_steps``, pooled.
+        al_request_mean: Mean of each unit's own AL (SPEED-Bench's Average_AL in its view).
+        al_request_mean_ci: Bootstrap interval of the request mean, over units.
+        al_token_weighted_ci: Bootstrap interval of the pooled AL, over units.
+        left_out: Units left out, and why (failed, merged chunks, no steps).
+    """
+
+    view: str
+    k: int
+    units: str
+    count: int
+    num_steps: int
+    num_tokens: int
+    conditional_ar: list[float]
+    joint_ar: list[float]
+    al_token_weighted: float
+    al_request_mean: float
+    al_request_mean_ci: Interval | None
+    al_token_weighted_ci: Interval | None
+    left_out: dict[str, int]
+
+    def as_dict(self) -> dict[str, object]:
+        """Plain-JSON form."""
+        out = dict(self.__dict__)
+        for key in ("al_request_mean_ci", "al_token_weighted_ci"):
+            out[key] = None if out[key] is None else out[key].as_dict()
+        return out
+
+
+def _rates_from_lengths(lengths: Sequence[int], k: int) -> tuple[list[float], list[float]]:
+    """Conditional and joint AR_j from step lengths (tokens per step), j = 1..k.
+
+    AR_j = #(len >= j + 1) / #(len >= j); a length above k + 1 (merged steps) counts as
+    reaching every position.
+    """
+    arr = np.asarray(lengths, dtype=np.int64)
+    at_least = [int((arr >= j + 1).sum()) for j in range(k + 1)]  # at_least[j]: len >= j + 1
+    cond = [at_least[j] / at_least[j - 1] if at_least[j - 1] else NAN for j in range(1, k + 1)]
+    joint = [at_least[j] / at_least[0] if at_least[0] else NAN for j in range(1, k + 1)]
+    return cond, joint
+
+
+def _figures(
+    view: str,
+    k: int,
+    units: str,
+    per_unit: Sequence[Sequence[int]],
+    left_out: dict[str, int],
+) -> ViewFigures:
+    """A view from per-unit step lengths (tokens per step)."""
+    nonempty = [u for u in per_unit if u]
+    left = dict(left_out)
+    if len(nonempty) < len(per_unit):
+        left["no_steps"] = left.get("no_steps", 0) + len(per_unit) - len(nonempty)
+    pooled = [n for u in nonempty for n in u]
+    cond, joint = _rates_from_lengths(pooled, k)
+    tokens = [float(sum(u)) for u in nonempty]
+    steps = [float(len(u)) for u in nonempty]
+    als = [t / s for t, s in zip(tokens, steps, strict=True)]
+    return ViewFigures(
+        view=view,
+        k=k,
+        units=units,
+        count=len(nonempty),
+        num_steps=int(sum(steps)),
+        num_tokens=int(sum(tokens)),
+        conditional_ar=cond,
+        joint_ar=joint,
+        al_token_weighted=sum(tokens) / sum(steps) if steps else NAN,
+        al_request_mean=float(np.mean(als)) if als else NAN,
+        al_request_mean_ci=mean_ci(als) if als else None,
+        al_token_weighted_ci=ratio_ci(tokens, steps) if steps else None,
+        left_out={key: n for key, n in left.items() if n},
+    )
+
+
+def speed_bench_view(records: Sequence[RequestRecord], k: int) -> ViewFigures:
+    """SPEED-Bench's rule: every non-empty chunk is a step, all turns of a question pooled.
+
+    A question with any failed turn is left out whole: its pooled AL would mix a partial
+    conversation into a per-question mean.
+    """
+    by_question: dict[str, list[RequestRecord]] = defaultdict(list)
+    for r in records:
+        by_question[r.prompt_id].append(r)
+    per_question, failed = [], 0
+    for turns in by_question.values():
+        if not all(t.ok for t in turns):
+            failed += 1
+            continue
+        ordered = sorted(turns, key=lambda t: t.turn)
+        per_question.append([c for t in ordered for c in t.chunk_tokens if c > 0])
+    return _figures("speed_bench", k, "questions", per_question, {"failed": failed})
+
+
+def stream_view(records: Sequence[RequestRecord], k: int) -> ViewFigures:
+    """The stream rule of speedbench: chunks after the prefill one are steps of a + 1 tokens."""
+    per_request, failed, merged = [], 0, 0
+    for r in records:
+        if not r.ok:
+            failed += 1
+            continue
+        sizes = [c for c in r.chunk_tokens if c > 0][1:]
+        if any(c > k + 1 for c in sizes):
+            merged += 1
+            continue
+        per_request.append(sizes)
+    return _figures("stream", k, "requests", per_request, {"failed": failed, "merged": merged})
+
+
+def engine_view(records: Sequence[RequestRecord], k: int) -> ViewFigures | None:
+    """The engine's per-request counts (None when the engine reported none).
+
+    vLLM's per-step accepted counts cover drafted steps only (a step where the n-gram proposer
+    found nothing is absent); each is a step of ``accepted + 1`` tokens. Where an engine gives
+    only a verify-step count (SGLang's ``spec_verify_ct``), the request is one step count over
+    its completion tokens, SGLang's own ``spec_accept_length``, with no per-position rates.
+    """
+    ok = [r for r in records if r.ok]
+    failed = len(records) - len(ok)
+    if any(r.engine_accepted is not None for r in ok):
+        per_request = [[a + 1 for a in r.engine_accepted or []] for r in ok]
+        return _figures("engine", k, "requests", per_request, {"failed": failed})
+    pairs = [(r.output_tokens, r.engine_steps) for r in ok if r.engine_steps]
+    if not pairs:
+        return None
+    tokens = [float(t) for t, _ in pairs]
+    steps = [float(n) for _, n in pairs]
+    als = [t / s for t, s in pairs]
+    return ViewFigures(
+        view="engine",
+        k=k,
+        units="requests",
+        count=len(pairs),
+        num_steps=int(sum(steps)),
+        num_tokens=int(sum(tokens)),
+        conditional_ar=[NAN] * k,
+        joint_ar=[NAN] * k,
+        al_token_weighted=sum(tokens) / sum(steps),
+        al_request_mean=float(np.mean(als)),
+        al_request_mean_ci=mean_ci(als),
+        al_token_weighted_ci=ratio_ci(tokens, steps),
+        left_out={key: n for key, n in {"failed": failed}.items() if n},
+    )
+
+
+def counters_view(counters: SpecCounters | None, k: int) -> ViewFigures | None:
+    """The engine's counter deltas over the level (None without drafted steps)."""
+    if counters is None or counters.num_drafts <= 0:
+        return None
+    acc = acceptance_from_counters(counters, k)
+    return ViewFigures(
+        view="counters",
+        k=k,
+        units="none",
+        count=0,
+        num_steps=acc.num_steps,
+        num_tokens=round(counters.num_drafts + counters.num_accepted_tokens),
+        conditional_ar=acc.conditional_ar,
+        joint_ar=acc.joint_ar,
+        al_token_weighted=acc.al_token_weighted,
+        al_request_mean=NAN,
+        al_request_mean_ci=None,
+        al_token_weighted_ci=None,
+        left_out={},
+    )
+
+
+def all_views(
+    records: Sequence[RequestRecord], counters: SpecCounters | None, k: int
+) -> dict[str, ViewFigures]:
+    """Every view the records (and counters) support, by name, in :data:`VIEWS` order."""
+    views = {
+        "speed_bench": speed_bench_view(records, k),
+        "stream": stream_view(records, k),
+        "engine": engine_view(records, k),
+        "counters": counters_view(counters, k),
+    }
+    return {name: v for name, v in views.items() if v is not None}

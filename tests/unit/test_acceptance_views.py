@@ -1,0 +1,114 @@
+"""Every acceptance view on hand-made records, with the answers worked out by hand (k = 3).
+
+The records cover multi-turn pooling (q1), a 1-token request (q2), a failed request (q3), an
+n-gram miss (q1's step of 1 token), a merged chunk (q4: 6 tokens > k + 1) and a last step cut
+by max_tokens (q5: 2 tokens emitted where the engine accepted 3).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from speedbench.metrics.acceptance import SpecCounters
+from speedbench.metrics.summary import summarize_level
+from speedbench.metrics.views import (
+    all_views,
+    counters_view,
+    engine_view,
+    speed_bench_view,
+    stream_view,
+)
+from speedbench.records import RequestRecord
+from speedbench.results import LevelMetrics, SummaryRow, finite
+
+K = 3
+
+
+def rec(qid, turn, chunks, accepted, category="a", error=None, finish="length"):
+    r = RequestRecord(
+        request_id=f"{qid}/t{turn}",
+        prompt_id=qid,
+        category=category,
+        turn=turn,
+        chunk_tokens=chunks,
+        output_token_ids=list(range(sum(chunks))),
+        finish_reason=finish,
+        engine_accepted=accepted,
+    )
+    if error:
+        r.fail("connection", error)
+    return r
+
+
+RECORDS = [
+    rec("q1", 0, [1, 4, 2, 1], [3, 1]),  # the 1-token step after prefill is an n-gram miss
+    rec("q1", 1, [1, 3, 3], [2, 2]),
+    rec("q2", 0, [1], [], finish="stop"),
+    rec("q3", 0, [1, 4], [3], category="b", error="connection closed mid-response"),
+    rec("q4", 0, [1, 4, 6], [3, 3, 1], category="b"),  # the client read two steps at once
+    rec("q5", 0, [1, 4, 4, 2], [3, 3, 3], category="b"),  # max_tokens cut the last step
+]
+COUNTERS = SpecCounters(num_drafts=10, num_draft_tokens=30, num_accepted_tokens=24,
+                        accepted_per_pos=(10, 8, 6))  # fmt: skip
+
+
+def test_speed_bench_pools_turns_counts_prefill_and_takes_the_question_mean():
+    v = speed_bench_view(RECORDS, K)
+    # q1 pooled: 1+4+2+1 + 1+3+3 = 15 tokens in 7 steps; q2: 1/1; q4: 11/3; q5: 11/4.
+    assert v.units == "questions" and v.count == 4 and v.left_out == {"failed": 1}
+    assert v.al_request_mean == pytest.approx((15 / 7 + 1 + 11 / 3 + 11 / 4) / 4)
+    assert (v.num_tokens, v.num_steps) == (38, 15)
+    assert v.al_token_weighted == pytest.approx(38 / 15)
+    # Lengths: six 1s, two 2s, two 3s, four 4s and one 6 -> >=2: 9, >=3: 7, >=4: 5 of 15.
+    assert v.conditional_ar == pytest.approx([9 / 15, 7 / 9, 5 / 7])
+    assert v.joint_ar == pytest.approx([9 / 15, 7 / 15, 5 / 15])
+
+
+def test_stream_skips_prefill_and_leaves_out_merged_failed_and_stepless_requests():
+    v = stream_view(RECORDS, K)
+    # q1 t0: [4, 2, 1] = 7/3; q1 t1: [3, 3] = 3; q5: [4, 4, 2] = 10/3.
+    assert v.units == "requests" and v.count == 3
+    assert v.left_out == {"failed": 1, "merged": 1, "no_steps": 1}
+    assert v.al_request_mean == pytest.approx((7 / 3 + 3 + 10 / 3) / 3)
+    assert v.al_token_weighted == pytest.approx(23 / 8)
+    assert v.conditional_ar == pytest.approx([7 / 8, 5 / 7, 3 / 5])
+
+
+def test_engine_counts_drafted_steps_only_and_is_immune_to_merged_chunks():
+    v = engine_view(RECORDS, K)
+    # Steps of accepted + 1 tokens: q1 t0 [4, 2], q1 t1 [3, 3], q4 [4, 4, 2], q5 [4, 4, 4].
+    assert v.count == 4 and v.left_out == {"failed": 1, "no_steps": 1}
+    assert v.al_request_mean == pytest.approx((3 + 3 + 10 / 3 + 4) / 4)
+    assert v.al_token_weighted == pytest.approx(34 / 10)
+    assert v.conditional_ar == pytest.approx([10 / 10, 8 / 10, 6 / 8])
+
+
+def test_counters_give_the_engine_view_summed_over_the_level():
+    v = counters_view(COUNTERS, K)
+    engine = engine_view(RECORDS, K)
+    assert v.al_token_weighted == pytest.approx(engine.al_token_weighted)
+    assert v.conditional_ar == pytest.approx(engine.conditional_ar)
+    assert v.al_request_mean != v.al_request_mean  # NaN: counters have no request mean
+    assert counters_view(SpecCounters(), K) is None
+
+
+def test_sglang_engine_view_is_completion_tokens_over_verify_steps():
+    records = [rec("s1", 0, [1, 4, 4], None), rec("s2", 0, [1, 2], None)]
+    records[0].engine_steps, records[1].engine_steps = 3, 2
+    v = engine_view(records, K)
+    assert v.al_request_mean == pytest.approx((9 / 3 + 3 / 2) / 2)
+    assert v.al_token_weighted == pytest.approx(12 / 5)
+    assert all(x != x for x in v.conditional_ar)  # no per-position rates from SGLang
+
+
+def test_the_views_reach_the_summary_row_and_category_al():
+    levels = summarize_level(RECORDS, COUNTERS, K)
+    metrics = LevelMetrics.model_validate(finite(levels))
+    assert list(metrics.overall.views) == ["speed_bench", "stream", "engine", "counters"]
+    row = SummaryRow.of("ngram-k3", "s", 1, metrics)
+    assert row.al_speed_bench_request_mean == pytest.approx((15 / 7 + 1 + 11 / 3 + 11 / 4) / 4)
+    assert row.al_speed_bench_by_category == pytest.approx(
+        {"a": (15 / 7 + 1) / 2, "b": (11 / 3 + 11 / 4) / 2}
+    )
+    assert row.al_engine == pytest.approx(3.4) and row.al_counters == pytest.approx(3.4)
+    assert set(all_views(RECORDS, None, K)) == {"speed_bench", "stream", "engine"}

@@ -26,7 +26,7 @@ from speedbench.plan import dataset_revision, sweep_items
 from speedbench.results import SummaryRow, SweepSummary
 from speedbench.sweep import GridPoint, SweepHooks, finished_on_disk, run_sweep
 from speedbench.tokenize import PromptTokenizer
-from tasks.engine import engine_version, start_engine
+from tasks.engine import start_engine
 from tasks.level import log_failure, log_level, run_level
 from tasks.splits import provision_model
 from tasks.summary import close_sweep, write_category_table
@@ -77,10 +77,13 @@ class TrackedHooks(SweepHooks):
         return kept
 
     def start_engine(self, engine: EngineConfig, spec: SpecConfig, log_path: Path) -> OpenEngine:
-        """The ``start_engine`` task (retried once), then the engine's reported version."""
-        handle = start_engine(engine, spec, log_path)
-        self.version = engine_version(handle)
-        return handle
+        """The ``start_engine`` task (retried once)."""
+        return start_engine(engine, spec, log_path)
+
+    def engine_version(self, handle: OpenEngine) -> str:
+        """The engine's reported version, also logged with every level."""
+        self.version = super().engine_version(handle)
+        return self.version
 
     def run_level(
         self,

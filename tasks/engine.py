@@ -21,14 +21,3 @@ from speedbench.engines.launchers import OpenEngine
 def start_engine(engine: EngineConfig, spec: SpecConfig, log_path: Path) -> OpenEngine:
     """Launch (or attach to) the engine, wait for health, warm it up."""
     return OpenEngine(engine, spec, log_path)
-
-
-def engine_version(handle: OpenEngine) -> str:
-    """The engine's reported version (vLLM and SGLang serve ``/version``), else ``unknown``."""
-    import httpx
-
-    try:
-        resp = httpx.get(f"{handle.running.engine.base_url}/version", timeout=5)
-        return str(resp.json().get("version", "unknown"))
-    except (httpx.HTTPError, ValueError):
-        return "unknown"

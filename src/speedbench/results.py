@@ -122,6 +122,7 @@ class ViewFigures(Result):
     al_request_mean_ci: Interval | None = None
     al_token_weighted_ci: Interval | None = None
     left_out: dict[str, int] = Field(default_factory=dict)
+    per_unit: dict[str, Figure] = Field(default_factory=dict)
 
 
 class CategoryFigures(Result):
@@ -160,6 +161,25 @@ class LevelMetrics(Result):
         return cls.model_validate_json(path.read_text())
 
 
+class MismatchFigures(Result):
+    """One SD request whose greedy output differs from the baseline's."""
+
+    prompt_id: str
+    turn: int
+    first_divergence: int
+    baseline_tokens: int
+    sd_tokens: int
+
+
+class LosslessFigures(Result):
+    """SD outputs against the no-SD baseline's, token for token (greedy levels only)."""
+
+    compared: int
+    matched: int
+    match_rate: Figure
+    mismatches: list[MismatchFigures] = Field(default_factory=list)
+
+
 class SummaryRow(Result):
     """One level in a sweep's summary table; acceptance figures are None without SD."""
 
@@ -185,10 +205,15 @@ class SummaryRow(Result):
     al_speed_bench: Figure = None
     conditional_ar_speed_bench: list[Figure] | None = None
     al_speed_bench_by_category: dict[str, Figure] = Field(default_factory=dict)
+    # Each question's own AL and category (what a paired comparison of two runs needs).
+    al_speed_bench_by_question: dict[str, Figure] = Field(default_factory=dict)
+    category_of_question: dict[str, str] = Field(default_factory=dict)
     # The engine's own per-request view (vLLM per-request metrics, SGLang spec_verify_ct).
     al_engine: Figure = None
     al_engine_request_mean: Figure = None
     conditional_ar_engine: list[Figure] | None = None
+    # Greedy SD levels: outputs against the baseline's at the same split and batch size.
+    lossless: LosslessFigures | None = None
 
     @property
     def is_speculative(self) -> bool:
@@ -234,6 +259,13 @@ class SummaryRow(Result):
                 for cat, entry in metrics.per_category.items()
                 if "speed_bench" in entry.views
             }
+            row.al_speed_bench_by_question = dict(sb.per_unit)
+            row.category_of_question = {
+                qid: cat
+                for cat, entry in metrics.per_category.items()
+                if "speed_bench" in entry.views
+                for qid in entry.views["speed_bench"].per_unit
+            }
         if engine := o.views.get("engine"):
             row.al_engine = engine.al_token_weighted
             row.al_engine_request_mean = engine.al_request_mean
@@ -253,6 +285,8 @@ class SweepSummary(Result):
 
     levels: list[SummaryRow]
     status: Literal["running", "finished", "failed", "killed"] = "finished"
+    # What the numbers rest on: dtype, engine and its version per config, the CPU they ran on.
+    provenance: dict[str, Any] = Field(default_factory=dict)
     failures: list[ConfigFailure] = Field(default_factory=list)
     pareto_batch_sizes: dict[str, list[int]] = Field(default_factory=dict)
     plots: list[str] = Field(default_factory=list)

@@ -19,6 +19,7 @@ from speedbench.config import ConfigError, SweepConfig, load_config
 from speedbench.results import SummaryRow, SweepSummary
 
 ACCEPTANCE_FILE = "acceptance.json"
+PROVENANCE_FILE = "provenance.json"
 THROUGHPUT_FILE = "throughput.json"
 AR_CSV = "conditional_ar.csv"
 STAGES = ("measure_qualitative", "measure_throughput")
@@ -55,6 +56,12 @@ def acceptance_views(row: SummaryRow) -> dict[str, dict[str, Any]]:
             "al_token_weighted": row.al_speed_bench,
             "conditional_ar": row.conditional_ar_speed_bench,
             "al_by_category": row.al_speed_bench_by_category or None,
+            # Per-question AL: what verify-reference's paired test compares run to run.
+            "questions": {
+                qid: {"category": row.category_of_question.get(qid, ""), "al": al}
+                for qid, al in sorted(row.al_speed_bench_by_question.items())
+            }
+            or None,
         },
         "stream": {
             "al_token_weighted": row.al_stream,
@@ -108,8 +115,10 @@ def throughput_metrics(summary: SweepSummary) -> dict[str, Any]:
 
 
 def write_stage_metrics(summary: SweepSummary, out_dir: Path) -> list[Path]:
-    """acceptance.json, throughput.json and conditional_ar.csv of a measured stage."""
+    """acceptance.json, throughput.json, conditional_ar.csv and provenance.json of a stage."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    prov = out_dir / PROVENANCE_FILE
+    prov.write_text(json.dumps(summary.provenance, indent=2, sort_keys=True) + "\n")
     acc = out_dir / ACCEPTANCE_FILE
     acc.write_text(json.dumps(acceptance_metrics(summary), indent=2, sort_keys=True) + "\n")
     thr = out_dir / THROUGHPUT_FILE
@@ -121,32 +130,7 @@ def write_stage_metrics(summary: SweepSummary, out_dir: Path) -> list[Path]:
                 lines.append(f"{key},{view},{j},{ar}")
     csv = out_dir / AR_CSV
     csv.write_text("\n".join(lines) + "\n")
-    return [acc, thr, csv]
-
-
-def compare_acceptance(reference: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
-    """Every difference between two acceptance.json mappings, one line each (empty: equal)."""
-    diffs = []
-    for key in sorted(set(reference) | set(fresh)):
-        if key not in fresh:
-            diffs.append(f"{key}: in the reference, not measured")
-            continue
-        if key not in reference:
-            diffs.append(f"{key}: measured, not in the reference")
-            continue
-        for path, ref, new in _leaves(reference[key], fresh[key]):
-            if ref != new:
-                diffs.append(f"{key} {path}: reference {ref}, measured {new}")
-    return diffs
-
-
-def _leaves(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = []
-        for k in sorted(set(a) | set(b)):
-            out += _leaves(a.get(k), b.get(k), f"{path}.{k}" if path else k)
-        return out
-    return [(path, a, b)]
+    return [acc, thr, csv, prov]
 
 
 def _round(x: Any) -> Any:

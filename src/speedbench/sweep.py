@@ -40,10 +40,20 @@ from speedbench.config import EngineConfig, SpecConfig, SweepConfig
 from speedbench.engines.base import EngineError
 from speedbench.engines.launchers import OpenEngine, check_available
 from speedbench.engines.running import RunningEngine
+from speedbench.host import cpu_info
 from speedbench.level import LevelResult, load_level, measure_level, validate_items
+from speedbench.metrics.lossless import lossless_check
 from speedbench.plan import config_identity, engine_config, load_settings
+from speedbench.records import read_parquet
 from speedbench.report.plots import write_plots
-from speedbench.results import ConfigFailure, SummaryRow, SweepSummary, summarize_sweep
+from speedbench.results import (
+    ConfigFailure,
+    LosslessFigures,
+    SummaryRow,
+    SweepSummary,
+    finite,
+    summarize_sweep,
+)
 from speedbench.tokenize import PromptTokenizer
 
 log = logging.getLogger(__name__)
@@ -105,6 +115,10 @@ class SweepHooks:
     ) -> LevelResult:
         """Measure one level; its records are on disk as they arrive."""
         return measure_level(running, items, settings, tokenizer, directory)
+
+    def engine_version(self, handle: OpenEngine) -> str:
+        """The started engine's version, recorded with the sweep's provenance."""
+        return handle.running.version()
 
     def level_done(self, point: GridPoint, level: LevelResult, row: SummaryRow) -> None:
         """A level was measured (``level.failed`` says whether the engine died during it)."""
@@ -230,6 +244,13 @@ def run_grid(
     ordered = sorted(specs, key=lambda s: s.is_speculative)  # stable: baseline first
     rows: list[SummaryRow] = []
     failures: list[ConfigFailure] = []
+    provenance: dict[str, Any] = {
+        "engine": engine.kind,
+        "launcher": engine.launcher,
+        "dtype": engine.dtype,
+        "engine_versions": {},
+        "host_cpu": cpu_info().as_dict(),
+    }
     try:
         for spec in ordered:
             grid = [
@@ -243,22 +264,21 @@ def run_grid(
             for point in grid:
                 kept = hooks.resumed(point)
                 if kept is not None:
-                    rows.append(
-                        SummaryRow.of(spec.label, point.split, point.batch_size, kept.metrics)
-                    )
+                    rows.append(_row(spec, point, kept, base, out))
                 else:
                     todo.append(point)
             if todo:
                 failure = _measure_config(
-                    engine, spec, todo, items, base, tokenizer, hooks, rows, out
+                    engine, spec, todo, items, base, tokenizer, hooks, rows, out, provenance
                 )
                 if failure is not None:
                     failures.append(failure)
-            _finish(rows, failures, out, "running")
+            _finish(rows, failures, out, "running", provenance)
     except KeyboardInterrupt:
-        _finish(rows, failures, out, "killed")
+        _finish(rows, failures, out, "killed", provenance)
         raise
-    return _finish(rows, failures, out, "failed" if failures else "finished", plots=True)
+    status = "failed" if failures else "finished"
+    return _finish(rows, failures, out, status, provenance, plots=True)
 
 
 def _measure_config(
@@ -271,6 +291,7 @@ def _measure_config(
     hooks: SweepHooks,
     rows: list[SummaryRow],
     out: Path,
+    provenance: dict[str, Any],
 ) -> ConfigFailure | None:
     """One engine launch: the config's pending levels in order; a failure ends the config."""
     log_path = out / spec.label / "engine.log"
@@ -278,6 +299,7 @@ def _measure_config(
     measured: set[GridPoint] = set()
     try:
         handle = hooks.start_engine(engine, spec, log_path)
+        provenance["engine_versions"][spec.label] = hooks.engine_version(handle)
         for point in todo:
             point.directory.mkdir(parents=True, exist_ok=True)
             stamp = {"hash": point.identity_hash, "identity": point.identity}
@@ -292,6 +314,10 @@ def _measure_config(
             )
             measured.add(point)
             row = SummaryRow.of(spec.label, point.split, point.batch_size, level.metrics)
+            if spec.is_speculative and settings.temperature == 0:
+                row.lossless = _lossless(
+                    level, out / "none" / point.split / f"bs{point.batch_size}"
+                )
             if not level.failed:
                 rows.append(row)
             # The row's speedup, by the one formula, against the baselines measured so far.
@@ -313,6 +339,33 @@ def _measure_config(
     return None
 
 
+def _row(
+    spec: SpecConfig, point: GridPoint, level: LevelResult, settings: LoadSettings, out: Path
+) -> SummaryRow:
+    """A level's summary row, with its lossless check on greedy SD levels."""
+    row = SummaryRow.of(spec.label, point.split, point.batch_size, level.metrics)
+    if spec.is_speculative and settings.temperature == 0:
+        row.lossless = _lossless(level, out / "none" / point.split / f"bs{point.batch_size}")
+    return row
+
+
+def _lossless(level: LevelResult, baseline_dir: Path) -> LosslessFigures | None:
+    """The level's greedy outputs against the baseline's (None without a baseline on disk)."""
+    base, mine = baseline_dir / "records.parquet", level.directory / "records.parquet"
+    if not base.exists() or not mine.exists():
+        return None
+    check = lossless_check(read_parquet(mine), read_parquet(base))
+    if check.compared and check.matched < check.compared:
+        first = check.mismatches[0]
+        log.warning(
+            "%s %s bs%d: %d of %d outputs differ from the baseline (first: %s turn %d at "
+            "token %d); expected only where bf16 kernels round by batch (bs > 1), else a bug",
+            level.label, level.split, level.batch_size, check.compared - check.matched,
+            check.compared, first.prompt_id, first.turn, first.first_divergence,
+        )  # fmt: skip
+    return LosslessFigures.model_validate(finite(check.as_dict()))
+
+
 def _with_speedup(row: SummaryRow, rows: Sequence[SummaryRow]) -> SummaryRow:
     baselines = [r for r in rows if not r.is_speculative]
     summary = summarize_sweep([*baselines, row] if row.is_speculative else [row])
@@ -324,9 +377,11 @@ def _finish(
     failures: Sequence[ConfigFailure],
     out: Path,
     status: str,
+    provenance: dict[str, Any],
     plots: bool = False,
 ) -> SweepSummary:
-    summary = summarize_sweep(rows, failures).model_copy(update={"status": status})
+    update = {"status": status, "provenance": provenance}
+    summary = summarize_sweep(rows, failures).model_copy(update=update)
     if plots:
         summary.plots = [str(p) for p in write_plots(summary, out / "plots")]
     summary.write(out / "summary.json")

@@ -85,6 +85,11 @@ def test_metrics_are_present_and_plausible(swept):
         assert p["model"] == config.model
         if p["spec.method"] == "ngram":
             assert m["al_stream"] > 1.0 and m["al_counters"] >= 1.0
+            # Every view, named; the engine's own view equals its counters over the level.
+            assert m["al_speed_bench_request_mean"] > 1.0 and m["al_speed_bench"] > 1.0
+            assert m["al_engine"] == pytest.approx(m["al_counters"], rel=1e-9)
+            # Greedy, float32: SD changes no token of the baseline's output.
+            assert m["lossless_match_rate"] == 1.0
             assert 0 < m["speedup"] < 10
             history = client.get_metric_history(run.info.run_id, "conditional_ar_counters")
             assert [h.step for h in sorted(history, key=lambda h: h.step)] == [1, 2, 3]

@@ -116,3 +116,21 @@ def test_greedy_output_is_identical_with_and_without_sd(tiny_runs):
 def test_baseline_streams_one_token_per_chunk(tiny_runs):
     for r in tiny_runs["none"].records:
         assert set(r.chunk_tokens) == {1}
+
+
+def test_engine_view_equals_the_stream_request_by_request(tiny_runs):
+    """The per-request spec-decode metrics of vLLM: draft == target accepts every draft."""
+    from speedbench.metrics.lossless import lossless_check
+    from speedbench.metrics.views import counters_view, engine_view, speed_bench_view, stream_view
+
+    result = tiny_runs[f"draft_model-k{K}"]
+    for r in result.records:
+        assert r.engine_accepted == [K] * 12 and r.engine_drafted == [K] * 12
+        assert [a + 1 for a in r.engine_accepted] == r.chunk_tokens[1:]  # no chunk merged
+    engine, stream = engine_view(result.records, K), stream_view(result.records, K)
+    assert engine.per_unit == stream.per_unit == {r.request_id: K + 1 for r in result.records}
+    assert engine.al_token_weighted == counters_view(result.counters, K).al_token_weighted == K + 1
+    # SPEED-Bench counts the prefill step too: (1 + 12 (k + 1)) / 13 per question.
+    assert speed_bench_view(result.records, K).al_request_mean == pytest.approx(MAX_TOKENS / 13)
+    check = lossless_check(result.records, tiny_runs["none"].records)
+    assert (check.compared, check.matched) == (len(PROMPTS), len(PROMPTS))

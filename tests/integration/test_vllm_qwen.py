@@ -117,3 +117,41 @@ def test_out_of_vocabulary_prompt_is_a_clear_error(qwen_runs):
     assert 400 <= bad["wrong_model_status"] < 500
     with pytest.raises(TokenizationError, match="prompt oov: 1 token id"):
         validate_items([WorkItem("oov", prompt_ids=(1, 10**7))], tok.vocab_size)
+
+
+def test_ngram_engine_view_matches_the_stream_step_by_step(qwen_runs):
+    """The engine's per-request counts cover drafted steps only; the stream shows every step.
+
+    With no chunk merged: the stream's steps with the 1-token ones (undrafted, or all drafts
+    rejected) removed equal the engine's accepted + 1 with the zero-accepted ones removed, in
+    order, except that max_tokens may cut the last step short; tokens = 1 prefill + accepted +
+    drafted steps + undrafted steps, less what the cut removed; and the counters over the level
+    are the engine view summed.
+    """
+    from speedbench.metrics.views import counters_view, engine_view
+
+    runs, _, _ = qwen_runs
+    result = runs[NGRAM.label]["code"]
+    drafted_steps = accepted = 0
+    for r in result.records:
+        assert r.engine_accepted is not None and r.engine_drafted is not None
+        stream = r.chunk_tokens[1:]
+        assert max(stream) <= K + 1  # no chunk merged
+        seen = [c for c in stream if c > 1]
+        engine = [a + 1 for a in r.engine_accepted if a > 0]
+        assert seen[:-1] == engine[: max(len(seen) - 1, 0)]
+        assert len(engine) - len(seen) in (0, 1)  # a last step cut to 1 token drops out
+        undrafted = len(stream) - len(r.engine_accepted)
+        assert undrafted >= 0
+        steps_tokens = sum(r.engine_accepted) + len(r.engine_accepted) + undrafted
+        cut = 1 + steps_tokens - r.output_tokens  # tokens of the last step past max_tokens
+        assert 0 <= cut <= K
+        if cut == 0:
+            assert seen == engine
+        drafted_steps += len(r.engine_accepted)
+        accepted += sum(r.engine_accepted)
+    assert result.counters.num_drafts == drafted_steps
+    assert result.counters.num_accepted_tokens == accepted
+    engine_v, counters_v = engine_view(result.records, K), counters_view(result.counters, K)
+    assert engine_v.al_token_weighted == pytest.approx(counters_v.al_token_weighted, rel=1e-12)
+    assert engine_v.conditional_ar == pytest.approx(counters_v.conditional_ar, rel=1e-12)

@@ -112,3 +112,27 @@ def test_the_views_reach_the_summary_row_and_category_al():
     )
     assert row.al_engine == pytest.approx(3.4) and row.al_counters == pytest.approx(3.4)
     assert set(all_views(RECORDS, None, K)) == {"speed_bench", "stream", "engine"}
+
+
+def test_lossless_check_finds_the_first_divergent_token():
+    from speedbench.metrics.lossless import lossless_check
+
+    def out(qid, ids, turn=0, error=None):
+        r = RequestRecord(request_id=f"{qid}/{turn}", prompt_id=qid, turn=turn)
+        r.output_token_ids = ids
+        if error:
+            r.fail("timeout", error)
+        return r
+
+    baseline = [out("p", [5, 6, 7, 8]), out("q", [1, 2, 3]), out("r", [9, 9]), out("s", [4])]
+    sd = [
+        out("p", [5, 6, 0, 8]),  # one token differs, at position 2
+        out("q", [1, 2, 3]),
+        out("r", [9, 9, 9]),  # a longer answer: diverges where the baseline ended
+        out("s", [4], error="request timed out"),  # failed: not compared
+        out("t", [1]),  # no baseline: not compared
+    ]
+    check = lossless_check(sd, baseline)
+    assert (check.compared, check.matched) == (3, 1)
+    assert [(m.prompt_id, m.first_divergence) for m in check.mismatches] == [("p", 2), ("r", 2)]
+    assert check.match_rate == pytest.approx(1 / 3)

@@ -9,7 +9,6 @@ from speedbench.report.text import render
 from speedbench.results import SweepSummary
 from speedbench.stages import (
     acceptance_metrics,
-    compare_acceptance,
     stage_sweep,
     throughput_metrics,
     write_stage_metrics,
@@ -112,24 +111,10 @@ def test_acceptance_and_throughput_metrics():
     assert thr["ngram-k2/qualitative/bs1"]["speedup"] == 1.2
 
 
-def test_compare_acceptance_lists_every_difference():
-    ref = acceptance_metrics(SUMMARY)
-    assert compare_acceptance(ref, ref) == []
-    changed = json.loads(json.dumps(ref))
-    changed["ngram-k2/qualitative/bs1"]["speed_bench"]["al_by_category"]["qa"] = 1.6
-    changed["extra/qualitative/bs4"] = {}
-    assert compare_acceptance(ref, changed) == [
-        "extra/qualitative/bs4: measured, not in the reference",
-        "ngram-k2/qualitative/bs1 speed_bench.al_by_category.qa: reference 1.4, measured 1.6",
-    ]
-    assert compare_acceptance(ref, {}) == [
-        "ngram-k2/qualitative/bs1: in the reference, not measured"
-    ]
-
-
 def test_stage_metrics_files_and_report(tmp_path):
     paths = write_stage_metrics(SUMMARY, tmp_path / "metrics" / "qualitative")
-    assert [p.name for p in paths] == ["acceptance.json", "throughput.json", "conditional_ar.csv"]
+    names = ["acceptance.json", "throughput.json", "conditional_ar.csv", "provenance.json"]
+    assert [p.name for p in paths] == names
     assert paths[2].read_text().splitlines() == [
         "config,view,position,conditional_ar",
         "ngram-k2/qualitative/bs1,speed_bench,1,0.6",

@@ -72,6 +72,9 @@ class FakeEngine(SweepHooks):
         self.log.append(f"start {spec.label}")
         return FakeHandle(self.log, spec.label)
 
+    def engine_version(self, handle):
+        return "fake-1"
+
     def run_level(self, running, items, settings, tokenizer, directory):
         point = (running, settings.split, settings.batch_size)
         self.log.append(f"level {running} bs{settings.batch_size}")
@@ -123,6 +126,13 @@ def test_baseline_first_one_launch_per_config_and_speedups_as_levels_land(tmp_pa
         ("ngram-k3", 2, 1.5),
     ]
     assert summary.status == "finished" and summary.failures == []
+    assert summary.provenance["engine_versions"] == {"none": "fake-1", "ngram-k3": "fake-1"}
+    assert summary.provenance["host_cpu"]["kernel_family"] in (
+        "amx",
+        "avx512_bf16",
+        "avx512",
+        "avx2",
+    )
     assert SweepSummary.read(tmp_path / "summary.json") == summary.model_copy(update={})
 
 

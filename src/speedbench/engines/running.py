@@ -70,6 +70,14 @@ class RunningEngine:
         """HTTP root of the server."""
         return self.engine.base_url
 
+    def version(self) -> str:
+        """The engine's reported version (vLLM and SGLang serve ``/version``), else unknown."""
+        try:
+            resp = httpx.get(f"{self.base_url}/version", timeout=5)
+            return str(resp.json().get("version", "unknown"))
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return "unknown"
+
     def exit_code(self) -> int | None:
         """The engine's exit code if it has stopped; None while it runs (or if unknown)."""
         return self.poll() if self.poll is not None else None

@@ -58,6 +58,8 @@ class ViewFigures:
         al_request_mean_ci: Bootstrap interval of the request mean, over units.
         al_token_weighted_ci: Bootstrap interval of the pooled AL, over units.
         left_out: Units left out, and why (failed, merged chunks, no steps).
+        per_unit: Each unit's own AL, by question id (speed_bench) or request id: what a
+            paired comparison of two runs over the same prompts needs.
     """
 
     view: str
@@ -73,6 +75,7 @@ class ViewFigures:
     al_request_mean_ci: Interval | None
     al_token_weighted_ci: Interval | None
     left_out: dict[str, int]
+    per_unit: dict[str, float]
 
     def as_dict(self) -> dict[str, object]:
         """Plain-JSON form."""
@@ -99,11 +102,12 @@ def _figures(
     view: str,
     k: int,
     units: str,
-    per_unit: Sequence[Sequence[int]],
+    per_unit: dict[str, Sequence[int]],
     left_out: dict[str, int],
 ) -> ViewFigures:
-    """A view from per-unit step lengths (tokens per step)."""
-    nonempty = [u for u in per_unit if u]
+    """A view from per-unit step lengths (tokens per step), units keyed by id."""
+    kept = {uid: u for uid, u in per_unit.items() if u}
+    nonempty = list(kept.values())
     left = dict(left_out)
     if len(nonempty) < len(per_unit):
         left["no_steps"] = left.get("no_steps", 0) + len(per_unit) - len(nonempty)
@@ -126,6 +130,7 @@ def _figures(
         al_request_mean_ci=mean_ci(als) if als else None,
         al_token_weighted_ci=ratio_ci(tokens, steps) if steps else None,
         left_out={key: n for key, n in left.items() if n},
+        per_unit={uid: sum(u) / len(u) for uid, u in kept.items()},
     )
 
 
@@ -138,19 +143,21 @@ def speed_bench_view(records: Sequence[RequestRecord], k: int) -> ViewFigures:
     by_question: dict[str, list[RequestRecord]] = defaultdict(list)
     for r in records:
         by_question[r.prompt_id].append(r)
-    per_question, failed = [], 0
-    for turns in by_question.values():
+    per_question: dict[str, list[int]] = {}
+    failed = 0
+    for qid, turns in by_question.items():
         if not all(t.ok for t in turns):
             failed += 1
             continue
         ordered = sorted(turns, key=lambda t: t.turn)
-        per_question.append([c for t in ordered for c in t.chunk_tokens if c > 0])
+        per_question[qid] = [c for t in ordered for c in t.chunk_tokens if c > 0]
     return _figures("speed_bench", k, "questions", per_question, {"failed": failed})
 
 
 def stream_view(records: Sequence[RequestRecord], k: int) -> ViewFigures:
     """The stream rule of speedbench: chunks after the prefill one are steps of a + 1 tokens."""
-    per_request, failed, merged = [], 0, 0
+    per_request: dict[str, list[int]] = {}
+    failed, merged = 0, 0
     for r in records:
         if not r.ok:
             failed += 1
@@ -159,7 +166,7 @@ def stream_view(records: Sequence[RequestRecord], k: int) -> ViewFigures:
         if any(c > k + 1 for c in sizes):
             merged += 1
             continue
-        per_request.append(sizes)
+        per_request[r.request_id] = sizes
     return _figures("stream", k, "requests", per_request, {"failed": failed, "merged": merged})
 
 
@@ -174,9 +181,10 @@ def engine_view(records: Sequence[RequestRecord], k: int) -> ViewFigures | None:
     ok = [r for r in records if r.ok]
     failed = len(records) - len(ok)
     if any(r.engine_accepted is not None for r in ok):
-        per_request = [[a + 1 for a in r.engine_accepted or []] for r in ok]
+        per_request = {r.request_id: [a + 1 for a in r.engine_accepted or []] for r in ok}
         return _figures("engine", k, "requests", per_request, {"failed": failed})
     pairs = [(r.output_tokens, r.engine_steps) for r in ok if r.engine_steps]
+    ids = [r.request_id for r in ok if r.engine_steps]
     if not pairs:
         return None
     tokens = [float(t) for t, _ in pairs]
@@ -196,6 +204,7 @@ def engine_view(records: Sequence[RequestRecord], k: int) -> ViewFigures | None:
         al_request_mean_ci=mean_ci(als),
         al_token_weighted_ci=ratio_ci(tokens, steps),
         left_out={key: n for key, n in {"failed": failed}.items() if n},
+        per_unit=dict(zip(ids, als, strict=True)),
     )
 
 
@@ -218,6 +227,7 @@ def counters_view(counters: SpecCounters | None, k: int) -> ViewFigures | None:
         al_request_mean_ci=None,
         al_token_weighted_ci=None,
         left_out={},
+        per_unit={},
     )
 
 

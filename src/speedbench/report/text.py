@@ -102,6 +102,36 @@ def ar_table(summary: SweepSummary) -> list[str]:
     return lines
 
 
+def lossless_table(summary: SweepSummary) -> list[str]:
+    """Markdown table: greedy SD outputs against the baseline's, and where they diverge."""
+    rows = [r for r in summary.levels if r.lossless is not None]
+    if not rows:
+        return []
+    lines = [
+        "| config | split | bs | compared | identical | first divergences (prompt/turn@token) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        check = r.lossless
+        assert check is not None
+        where = ", ".join(
+            f"{m.prompt_id}/t{m.turn}@{m.first_divergence}" for m in check.mismatches[:5]
+        )
+        more = f" (+{len(check.mismatches) - 5})" if len(check.mismatches) > 5 else ""
+        lines.append(
+            f"| {r.config} | {r.split} | {r.batch_size} | {check.compared} | "
+            f"{_fmt(check.match_rate, '.0%')} | {where or '-'}{more} |"
+        )
+    return lines
+
+
+LOSSLESS_NOTE = (
+    "Greedy SD must reproduce the baseline's tokens. A difference is expected only where the "
+    "arithmetic depends on the batch (bf16 kernels at batch size > 1 round differently with "
+    "different step partners); at float32 or batch size 1 it is a bug."
+)
+
+
 def throughput_table(summary: SweepSummary) -> list[str]:
     """Markdown table: throughput, per-user speed and speedup by config, split and batch size."""
     lines = [
@@ -145,6 +175,8 @@ def render(results: Path, mlflow_uri: str | None = None) -> str:
         out += ["", VIEWS_NOTE]
         out += ["", "## Conditional acceptance rate by position", "", *ar_table(qual)]
         out += ["", "## Throughput and speedup (qualitative split)", "", *throughput_table(qual)]
+        if lossless := lossless_table(qual):
+            out += ["", "## Lossless check", "", *lossless, "", LOSSLESS_NOTE]
     thr = summaries.get("throughput")
     if thr:
         out += ["", "## Throughput split", "", *throughput_table(thr)]

@@ -1,0 +1,79 @@
+"""The lossless check: greedy speculative decoding must not change a single output token.
+
+With temperature 0, a target that verifies drafts emits exactly what it would emit alone. Each
+SD request's output ids are compared with the no-SD baseline's for the same prompt, turn and
+batch size. A mismatch is a finding with a known benign cause where the arithmetic depends on
+the batch (bf16 kernels round differently depending on which requests share a step), and a bug
+anywhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from speedbench.records import RequestRecord
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One SD request whose output differs from the baseline's."""
+
+    prompt_id: str
+    turn: int
+    first_divergence: int
+    baseline_tokens: int
+    sd_tokens: int
+
+
+@dataclass(frozen=True)
+class LosslessCheck:
+    """How many SD requests match the baseline token for token, and where the others diverge."""
+
+    compared: int
+    matched: int
+    mismatches: list[Mismatch] = field(default_factory=list)
+
+    @property
+    def match_rate(self) -> float:
+        """Matched / compared (NaN when nothing could be compared)."""
+        return self.matched / self.compared if self.compared else float("nan")
+
+    def as_dict(self) -> dict[str, object]:
+        """Plain-JSON form."""
+        return {
+            "compared": self.compared,
+            "matched": self.matched,
+            "match_rate": self.match_rate,
+            "mismatches": [asdict(m) for m in self.mismatches],
+        }
+
+
+def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """Index of the first differing token (the shorter length if one is a prefix); None if equal."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def lossless_check(sd: Sequence[RequestRecord], baseline: Sequence[RequestRecord]) -> LosslessCheck:
+    """Compare every successful SD request with the successful baseline request of its turn."""
+    base = {(r.prompt_id, r.turn): r for r in baseline if r.ok}
+    compared, matched, mismatches = 0, 0, []
+    for r in sd:
+        other = base.get((r.prompt_id, r.turn))
+        if not r.ok or other is None:
+            continue
+        compared += 1
+        at = first_divergence(other.output_token_ids, r.output_token_ids)
+        if at is None:
+            matched += 1
+        else:
+            mismatches.append(
+                Mismatch(
+                    r.prompt_id, r.turn, at, len(other.output_token_ids), len(r.output_token_ids)
+                )
+            )
+    mismatches.sort(key=lambda m: (m.prompt_id, m.turn))
+    return LosslessCheck(compared, matched, mismatches)

@@ -1,0 +1,227 @@
+"""Does a fresh run reproduce a committed reference? One verdict per figure and one overall.
+
+Greedy acceptance is a function of the token ids, the weights and the arithmetic. Where the
+arithmetic is the same (same dtype, same CPU kernel family, same engine version, and float32 or
+batch size 1, since bf16 rounding at batch size > 1 depends on which requests share a step), a
+figure must match **exactly**. Elsewhere outputs may legitimately drift, and a level is judged
+by a paired test over its questions: the bootstrap interval of the mean difference of
+per-question AL (SPEED-Bench's view) must contain 0, overall and in every category. Verdicts:
+
+- ``exact``: the figure equals the reference;
+- ``reproduced``: it differs where exactness is not promised, and the paired test holds;
+- ``not_reproduced``: it differs where exactness is promised, the paired test fails, or the
+  reference holds no per-question data to test with; or the level is missing.
+
+A reference records what its exactness rests on in ``provenance.json`` next to its
+``acceptance.json``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from speedbench.metrics.bootstrap import Interval, bootstrap_ci
+
+EXACT, REPRODUCED, NOT_REPRODUCED = "exact", "reproduced", "not_reproduced"
+# Keys of acceptance.json before the views were named, and the view each figure was in.
+LEGACY_KEYS = {"al_stream", "al_counters", "conditional_ar", "al_by_category"}
+
+
+@dataclass(frozen=True)
+class FigureVerdict:
+    """One figure of one level: the two values and the verdict."""
+
+    level: str
+    figure: str
+    reference: Any
+    measured: Any
+    verdict: str
+    detail: str = ""
+
+    def line(self) -> str:
+        """One line for the terminal."""
+        tail = f" ({self.detail})" if self.detail else ""
+        return (
+            f"{self.verdict.upper():>14} {self.level} {self.figure}: reference {self.reference}, "
+            f"measured {self.measured}{tail}"
+        )
+
+
+def upgrade(acceptance: dict[str, Any]) -> dict[str, Any]:
+    """An acceptance.json of any version in today's shape (figures grouped by view).
+
+    Files written before the views were named hold ``al_stream`` and ``al_by_category``
+    (the stream view, token-weighted), ``al_counters`` (the counters view) and one
+    ``conditional_ar`` (the counters' where there were counters, else the stream's).
+    """
+    out = {}
+    for key, entry in acceptance.items():
+        if not (set(entry) & LEGACY_KEYS):
+            out[key] = entry
+            continue
+        views: dict[str, dict[str, Any]] = {}
+        stream = {"al_token_weighted": entry.get("al_stream")}
+        if entry.get("al_by_category"):
+            stream["al_by_category"] = entry["al_by_category"]
+        counters = {"al_token_weighted": entry.get("al_counters")}
+        ar_owner = counters if entry.get("al_counters") is not None else stream
+        if entry.get("conditional_ar") is not None:
+            ar_owner["conditional_ar"] = entry["conditional_ar"]
+        for name, figures in (("stream", stream), ("counters", counters)):
+            present = {k: v for k, v in figures.items() if v is not None}
+            if present:
+                views[name] = present
+        out[key] = views
+    return out
+
+
+def exact_contract(reference: dict[str, Any], fresh: dict[str, Any]) -> tuple[bool, str]:
+    """Whether the two runs share the arithmetic that makes greedy outputs equal, and why not."""
+    if not reference:
+        return False, "the reference records no provenance"
+    diffs = []
+    for key in ("dtype", "engine"):
+        if reference.get(key) != fresh.get(key):
+            diffs.append(f"{key} {reference.get(key)} vs {fresh.get(key)}")
+    ref_cpu = (reference.get("host_cpu") or {}).get("kernel_family")
+    new_cpu = (fresh.get("host_cpu") or {}).get("kernel_family")
+    if ref_cpu != new_cpu:
+        diffs.append(f"CPU kernels {ref_cpu} vs {new_cpu}")
+    if set((reference.get("engine_versions") or {}).values()) != set(
+        (fresh.get("engine_versions") or {}).values()
+    ):
+        diffs.append("engine version")
+    return (not diffs), "; ".join(diffs)
+
+
+def paired_interval(
+    reference: dict[str, float], fresh: dict[str, float], confidence: float = 0.95
+) -> tuple[Interval, int]:
+    """Bootstrap interval of mean(fresh - reference) over the questions both measured."""
+    common = sorted(set(reference) & set(fresh))
+    diffs = np.array([fresh[q] - reference[q] for q in common], dtype=float)
+    if len(diffs) == 0:
+        nan = float("nan")
+        return Interval(nan, nan, nan, confidence), 0
+    if np.all(diffs == diffs[0]):
+        v = float(diffs[0])
+        return Interval(v, v, v, confidence), len(diffs)
+    ci = bootstrap_ci(lambda idx: float(diffs[idx].mean()), len(diffs), confidence=confidence)
+    return ci, len(diffs)
+
+
+def _contains_zero(ci: Interval) -> bool:
+    return ci.low is not None and ci.low <= 0.0 <= ci.high
+
+
+def _leaves(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b)):
+            out += _leaves(a.get(k), b.get(k), f"{path}.{k}" if path else k)
+        return out
+    return [(path, a, b)]
+
+
+def _batch_size(level: str) -> int:
+    tail = level.rsplit("/bs", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+def verify_level(
+    level: str, reference: dict[str, Any], fresh: dict[str, Any], exact_holds: bool, why: str
+) -> list[FigureVerdict]:
+    """Verdicts of every figure of one level (``exact_holds``: equality is promised here)."""
+    figures = [
+        (path, ref, new)
+        for path, ref, new in _leaves(reference, fresh)
+        if ".questions." not in f".{path}." and ref is not None  # per-question data: test input
+    ]
+    differing = [(p, r, n) for p, r, n in figures if r != n]
+    if not differing:
+        return [FigureVerdict(level, p, r, n, EXACT) for p, r, n in figures]
+    paired = _paired_verdicts(level, reference, fresh)
+    out = []
+    for path, ref, new in figures:
+        if ref == new:
+            out.append(FigureVerdict(level, path, ref, new, EXACT))
+        elif exact_holds:
+            out.append(
+                FigureVerdict(level, path, ref, new, NOT_REPRODUCED, "exactness is promised here")
+            )
+        else:
+            verdict, detail = paired.get(_category_of(path), paired.get("", (NOT_REPRODUCED, "")))
+            out.append(FigureVerdict(level, path, ref, new, verdict, f"{why}; {detail}"))
+    return out
+
+
+def _category_of(path: str) -> str:
+    """The category a figure belongs to ('' for the level as a whole)."""
+    parts = path.split(".")
+    return parts[2] if len(parts) >= 3 and parts[1] == "al_by_category" else ""
+
+
+def _paired_verdicts(
+    level: str, reference: dict[str, Any], fresh: dict[str, Any]
+) -> dict[str, tuple[str, str]]:
+    """Paired test of per-question AL, overall ('') and per category."""
+    ref_q = (reference.get("speed_bench") or {}).get("questions") or {}
+    new_q = (fresh.get("speed_bench") or {}).get("questions") or {}
+    if not ref_q or not new_q:
+        return {"": (NOT_REPRODUCED, "no per-question data in the reference to test with")}
+    groups: dict[str, tuple[dict[str, float], dict[str, float]]] = {"": ({}, {})}
+    for source, slot in ((ref_q, 0), (new_q, 1)):
+        for qid, entry in source.items():
+            groups[""][slot][qid] = entry["al"]
+            groups.setdefault(entry["category"], ({}, {}))[slot][qid] = entry["al"]
+    out = {}
+    for name, (ref, new) in groups.items():
+        ci, n = paired_interval(ref, new)
+        ok = n > 0 and _contains_zero(ci)
+        detail = (
+            f"paired over {n} questions: mean difference {ci.value:+.4f}, "
+            f"95% CI [{ci.low:+.4f}, {ci.high:+.4f}]"
+        )
+        out[name] = (REPRODUCED if ok else NOT_REPRODUCED, detail)
+    # A level whose overall test fails fails every figure, whatever its category says.
+    if out[""][0] == NOT_REPRODUCED:
+        out = {name: (NOT_REPRODUCED, detail) for name, (_, detail) in out.items()}
+    return out
+
+
+def verify(
+    reference: dict[str, Any],
+    fresh: dict[str, Any],
+    reference_provenance: dict[str, Any],
+    fresh_provenance: dict[str, Any],
+) -> list[FigureVerdict]:
+    """Verdicts of every figure of every level of two acceptance.json mappings."""
+    reference, fresh = upgrade(reference), upgrade(fresh)
+    holds, why = exact_contract(reference_provenance, fresh_provenance)
+    if holds:
+        why = ""
+    dtype = reference_provenance.get("dtype")
+    out = []
+    for level in sorted(set(reference) | set(fresh)):
+        if level not in fresh:
+            out.append(FigureVerdict(level, "*", "present", "missing", NOT_REPRODUCED))
+            continue
+        if level not in reference:
+            continue  # measured beyond the reference: nothing to reproduce
+        # bf16 rounding at batch size > 1 depends on which requests share a step.
+        promised = holds and (dtype == "float32" or _batch_size(level) == 1)
+        out += verify_level(
+            level, reference[level], fresh[level], promised, why or "bf16 at batch size > 1"
+        )
+    return out
+
+
+def overall(verdicts: list[FigureVerdict]) -> str:
+    """``exact`` if every figure is, ``not_reproduced`` if any is, else ``reproduced``."""
+    kinds = {v.verdict for v in verdicts}
+    if NOT_REPRODUCED in kinds or not verdicts:
+        return NOT_REPRODUCED
+    return REPRODUCED if REPRODUCED in kinds else EXACT

@@ -1,0 +1,105 @@
+"""verify-reference's verdicts: exact where the arithmetic is the same, a paired test elsewhere."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from speedbench.cli import main
+from speedbench.verify import overall, upgrade, verify
+
+FP32_AVX2 = {"dtype": "float32", "engine": "vllm", "host_cpu": {"kernel_family": "avx2"}}
+BF16_AMX = {"dtype": "bfloat16", "engine": "vllm", "host_cpu": {"kernel_family": "amx"}}
+BF16_AVX512 = {"dtype": "bfloat16", "engine": "vllm", "host_cpu": {"kernel_family": "avx512_bf16"}}
+
+
+def level(als: dict[str, float], category_al: dict[str, float] | None = None) -> dict:
+    questions = {q: {"category": q[0], "al": al} for q, al in als.items()}
+    mean = sum(als.values()) / len(als)
+    return {
+        "speed_bench": {
+            "al_request_mean": round(mean, 6),
+            "al_by_category": category_al or {},
+            "questions": questions,
+        },
+        "counters": {"al_token_weighted": round(mean + 0.1, 6)},
+    }
+
+
+# Ten questions in categories "a" and "b" (the id's first letter).
+BASE = {f"{c}{i}": 2.0 + 0.1 * i for c in "ab" for i in range(5)}
+
+
+def test_the_same_numbers_are_exact():
+    ref = {"ngram-k3/q/bs4": level(BASE)}
+    verdicts = verify(ref, ref, BF16_AMX, BF16_AVX512)
+    assert {v.verdict for v in verdicts} == {"exact"} and overall(verdicts) == "exact"
+
+
+def test_a_difference_where_exactness_is_promised_is_not_reproduced():
+    moved = {**BASE, "a0": 2.5}
+    verdicts = verify(
+        {"ngram-k3/q/bs4": level(BASE)}, {"ngram-k3/q/bs4": level(moved)}, FP32_AVX2, FP32_AVX2
+    )
+    bad = [v for v in verdicts if v.verdict != "exact"]
+    assert bad and all(v.verdict == "not_reproduced" for v in bad)
+    assert "exactness is promised here" in bad[0].detail
+    assert overall(verdicts) == "not_reproduced"
+
+
+def test_drift_on_another_cpu_family_within_the_interval_is_reproduced():
+    # Two questions flip by a small amount in opposite directions: mean difference ~0.
+    drift = {**BASE, "a1": BASE["a1"] + 0.05, "b2": BASE["b2"] - 0.05, "b3": BASE["b3"] + 0.01}
+    verdicts = verify(
+        {"ngram-k3/q/bs4": level(BASE)}, {"ngram-k3/q/bs4": level(drift)}, BF16_AMX, BF16_AVX512
+    )
+    moved = [v for v in verdicts if v.verdict != "exact"]
+    assert moved and {v.verdict for v in moved} == {"reproduced"}
+    assert "CPU kernels amx vs avx512_bf16" in moved[0].detail
+    assert "paired over 10 questions" in moved[0].detail
+    assert overall(verdicts) == "reproduced"
+
+
+def test_a_figure_moved_outside_its_interval_is_not_reproduced_and_exits_1(tmp_path, capsys):
+    shifted = {q: al + 0.4 for q, al in BASE.items()}  # every question gained 0.4
+    verdicts = verify(
+        {"ngram-k3/q/bs4": level(BASE)}, {"ngram-k3/q/bs4": level(shifted)}, BF16_AMX, BF16_AVX512
+    )
+    assert overall(verdicts) == "not_reproduced"
+    al = next(v for v in verdicts if v.figure == "speed_bench.al_request_mean")
+    assert al.verdict == "not_reproduced" and "mean difference +0.4000" in al.detail
+
+    for name, acc, prov in (("ref", BASE, BF16_AMX), ("new", shifted, BF16_AVX512)):
+        stage = tmp_path / name / "qualitative"
+        stage.mkdir(parents=True)
+        (stage / "acceptance.json").write_text(json.dumps({"ngram-k3/q/bs4": level(acc)}))
+        (stage / "provenance.json").write_text(json.dumps(prov))
+    args = ["verify-reference", "--reference", str(tmp_path / "ref")]
+    with pytest.raises(SystemExit) as exit_:
+        main([*args, "--results", str(tmp_path / "new")])
+    assert exit_.value.code == 1
+    assert "verdict: not reproduced" in capsys.readouterr().out
+
+
+def test_bf16_at_batch_size_one_on_the_same_cpu_must_be_exact():
+    moved = {**BASE, "a1": BASE["a1"] + 0.05, "b2": BASE["b2"] - 0.03}
+    for bs, expected in ((1, "not_reproduced"), (4, "reproduced")):
+        key = f"ngram-k3/q/bs{bs}"
+        verdicts = verify({key: level(BASE)}, {key: level(moved)}, BF16_AMX, BF16_AMX)
+        assert overall(verdicts) == expected, bs
+
+
+def test_a_reference_without_questions_cannot_vouch_for_a_difference():
+    legacy = {"ngram-k3/q/bs4": {"al_stream": 1.37, "al_counters": 1.7, "conditional_ar": [0.3]}}
+    assert upgrade(legacy) == {
+        "ngram-k3/q/bs4": {
+            "stream": {"al_token_weighted": 1.37},
+            "counters": {"al_token_weighted": 1.7, "conditional_ar": [0.3]},
+        }
+    }
+    fresh = {"ngram-k3/q/bs4": {"stream": {"al_token_weighted": 1.34}}}
+    verdicts = verify(legacy, fresh, {}, BF16_AVX512)
+    assert overall(verdicts) == "not_reproduced"
+    (stream,) = [v for v in verdicts if v.figure == "stream.al_token_weighted"]
+    assert "no per-question data in the reference" in stream.detail

@@ -71,6 +71,7 @@ def log_level(
         duration_s=duration,
         status="FAILED" if failed else "FINISHED",
         error=failed or None,
+        tags={"speedbench.host_warning": row.host_warning} if row.host_warning else None,
     )
 
 

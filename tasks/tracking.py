@@ -77,6 +77,7 @@ class Tracker:
         status: str = "FINISHED",
         error: str | None = None,
         duration_s: float | None = None,
+        tags: dict[str, str] | None = None,
     ) -> str:
         """One child run: params, scalar metrics, step-indexed series and artifacts.
 
@@ -87,11 +88,16 @@ class Tracker:
 
         end_ms = int(time.time() * 1000)
         start_ms = end_ms - int(1000 * duration_s) if duration_s else None
-        tags = {"mlflow.parentRunId": parent_id, CONFIG_HASH_TAG: config_hash, KIND_TAG: "config"}
+        run_tags = {
+            "mlflow.parentRunId": parent_id,
+            CONFIG_HASH_TAG: config_hash,
+            KIND_TAG: "config",
+            **{k: v[:5000] for k, v in (tags or {}).items()},
+        }
         if error:
-            tags["speedbench.error"] = redact("error", error)[:5000]
+            run_tags["speedbench.error"] = redact("error", error)[:5000]
         run = self.client.create_run(
-            self.experiment_id, start_time=start_ms, run_name=name, tags=tags
+            self.experiment_id, start_time=start_ms, run_name=name, tags=run_tags
         )
         run_id = run.info.run_id
         self._log_params(run_id, {**flatten(identity), **(extra_params or {})})

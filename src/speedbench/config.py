@@ -212,6 +212,18 @@ class SweepConfig(StrictModel):
     request_timeout_s: float = Field(
         default=1800.0, gt=0, description="Limit on one request, first byte to finish."
     )
+    contention_threshold: float = Field(
+        default=0.10,
+        gt=0,
+        le=1,
+        description="Flag a level when other processes used more than this fraction of the "
+        "host's cores during it.",
+    )
+    strict_host: bool = Field(
+        default=False,
+        description="Refuse to measure a level while other processes use the host (a 2 s probe "
+        "before each level) instead of flagging it afterwards.",
+    )
     engine: EngineKind = Field(default="vllm", description="Inference engine.")
     launcher: LauncherKind = Field(
         default="local", description="local process, docker container, or an external server."

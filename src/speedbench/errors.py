@@ -22,6 +22,7 @@ from speedbench.data.prompts import PromptSetError
 from speedbench.data.sources import SourceError
 from speedbench.data.throughput import ThroughputError
 from speedbench.engines.base import EngineError
+from speedbench.level import HostBusyError
 from speedbench.models import ProvisionError
 from speedbench.pypi import FetchError
 from speedbench.tokenize import TokenizationError
@@ -33,6 +34,7 @@ EXPECTED_ERRORS: tuple[type[Exception], ...] = (
     EmbedderError,
     EngineError,
     FetchError,
+    HostBusyError,
     PromptSetError,
     ProvisionError,
     SourceError,

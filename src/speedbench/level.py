@@ -13,11 +13,13 @@ grid; this module knows nothing of grids, MLflow or Prefect.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from speedbench import contention
 from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.client.run import run_load
 from speedbench.config import EngineConfig
@@ -119,6 +121,9 @@ def measure_level(
     directory.mkdir(parents=True, exist_ok=True)
     jsonl = directory / "records.jsonl"
     jsonl.unlink(missing_ok=True)
+    if settings.strict_host:
+        refuse_busy_host(running, settings)
+    before = contention.snapshot()
     with RecordSink(jsonl) as sink:
         result = run_load(
             running.engine,
@@ -130,6 +135,11 @@ def measure_level(
             sink.write,
             parts_dir=directory / "parts",
         )
+    after = contention.snapshot()
+    host = contention.compare(
+        before, after, engine_ownership(running, {**before.procs, **after.procs}),
+        settings.contention_threshold,
+    )  # fmt: skip
     write_parquet(result.records, directory / "records.parquet")
     figures: dict[str, Any] = summarize_level(
         result.records,
@@ -138,6 +148,7 @@ def measure_level(
         server_al=result.extras.get("server_al"),  # type: ignore[arg-type]
     )
     figures["client"] = result.extras.get("client")
+    figures["host"] = host.as_dict()
     figures["failed"] = engine_failure(running, settings, result.aborted) or None
     figures["config"] = {
         "engine": redacted_engine(running.engine),
@@ -149,6 +160,11 @@ def measure_level(
     }
     metrics = LevelMetrics.model_validate(finite(figures))
     write_json(directory / "metrics.json", metrics.model_dump(mode="json"))
+    if host.flagged:
+        log.warning(
+            "%s %s bs%d: %s", running.spec.label, settings.split, settings.batch_size,
+            host.warning(),
+        )  # fmt: skip
     warning = (metrics.client or {}).get("warning")
     if warning:
         log.warning(
@@ -157,6 +173,47 @@ def measure_level(
     return LevelResult(
         running.spec.label, settings.batch_size, metrics, directory, split=settings.split
     )
+
+
+class HostBusyError(RuntimeError):
+    """``strict_host``: other processes are using the host, so a level is not measured."""
+
+
+def engine_ownership(
+    running: RunningEngine, procs: dict[int, contention.ProcSample]
+) -> Callable[[int], bool]:
+    """Which processes are this measurement's: the client, and the engine wherever it runs."""
+    pgid = running.process.pid if running.process is not None else None
+    external = None
+    if running.engine.launcher == "external":  # a local server someone else started
+        external = f"--port\0{running.engine.port}\0".encode()
+    ours = contention.ownership(procs, engine_pgid=pgid, container_id=running.container_id)
+    if external is None:
+        return ours
+
+    def ours_or_external(pid: int) -> bool:
+        if ours(pid):
+            return True
+        try:
+            return external in (contention.PROC / str(pid) / "cmdline").read_bytes()
+        except OSError:
+            return False
+
+    return ours_or_external
+
+
+def refuse_busy_host(running: RunningEngine, settings: LoadSettings, probe_s: float = 2.0) -> None:
+    """Sample the host for ``probe_s`` before a level; raise HostBusyError if others use it."""
+    before = contention.snapshot()
+    time.sleep(probe_s)
+    after = contention.snapshot()
+    ours = engine_ownership(running, {**before.procs, **after.procs})
+    probe = contention.compare(before, after, ours, settings.contention_threshold)
+    if probe.flagged:
+        raise HostBusyError(
+            f"not measuring {running.spec.label} {settings.split} at batch size "
+            f"{settings.batch_size} (strict_host): {probe.warning()}"
+        )
 
 
 def engine_failure(running: RunningEngine, settings: LoadSettings, aborted: str | None) -> str:

@@ -114,6 +114,8 @@ def load_settings(sweep: SweepConfig) -> LoadSettings:
         seed=sweep.seed,
         workers=sweep.client_workers,
         request_timeout_s=sweep.request_timeout_s,
+        contention_threshold=sweep.contention_threshold,
+        strict_host=sweep.strict_host,
     )
 
 

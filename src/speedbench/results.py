@@ -146,12 +146,38 @@ class LevelFigures(Result):
     views: dict[str, ViewFigures] = Field(default_factory=dict)
 
 
+class Competitor(Result):
+    """A process that used the host's CPUs during a level."""
+
+    name: str
+    pid: int
+    cpu_s: float
+
+
+class HostFigures(Result):
+    """What else used the host during a level (:mod:`speedbench.contention`)."""
+
+    wall_s: float
+    cores: int
+    others_cpu_s: float
+    others_fraction: float
+    ours_cpu_s: float
+    host_busy_s: float
+    load_1m: Figure
+    competitors: list[Competitor] = Field(default_factory=list)
+    other_engines: list[str] = Field(default_factory=list)
+    threshold: float
+    flagged: bool
+    warning: str | None = None
+
+
 class LevelMetrics(Result):
     """Everything measured at one level: one SD config, one split, one batch size."""
 
     overall: LevelFigures
     per_category: dict[str, CategoryFigures]
     client: dict[str, Any] | None = None
+    host: HostFigures | None = None
     failed: str | None = None
     config: dict[str, Any] = Field(default_factory=dict)
 
@@ -214,6 +240,10 @@ class SummaryRow(Result):
     conditional_ar_engine: list[Figure] | None = None
     # Greedy SD levels: outputs against the baseline's at the same split and batch size.
     lossless: LosslessFigures | None = None
+    # Other processes' share of the host's CPUs during the level, and whether that was too much.
+    host_others_fraction: Figure = None
+    host_flagged: bool = False
+    host_warning: str | None = None
 
     @property
     def is_speculative(self) -> bool:
@@ -266,6 +296,10 @@ class SummaryRow(Result):
                 if "speed_bench" in entry.views
                 for qid in entry.views["speed_bench"].per_unit
             }
+        if metrics.host is not None:
+            row.host_others_fraction = metrics.host.others_fraction
+            row.host_flagged = metrics.host.flagged
+            row.host_warning = metrics.host.warning
         if engine := o.views.get("engine"):
             row.al_engine = engine.al_token_weighted
             row.al_engine_request_mean = engine.al_request_mean
@@ -402,6 +436,10 @@ def tracking_scalars(metrics: LevelMetrics) -> tuple[dict[str, float], dict[str,
             scalars[f"client_{name}_p99_ms"] = client[name]["p99_ms"]
     if client.get("cpu_fraction"):
         scalars["client_cpu_max"] = max(client["cpu_fraction"])
+    if host := metrics.host:
+        scalars["host_others_cpu_fraction"] = host.others_fraction
+        scalars["host_load_1m"] = host.load_1m
+        scalars["host_flagged"] = float(host.flagged)
     for cat, entry in metrics.per_category.items():
         if entry.acceptance_stream:
             scalars[f"{CATEGORY_NAMESPACE}/{cat}/al_stream"] = (

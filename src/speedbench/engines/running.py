@@ -60,6 +60,7 @@ class RunningEngine:
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
     poll: Callable[[], int | None] | None = None
+    container_id: str | None = None
 
     def __post_init__(self) -> None:
         if self.poll is None and self.process is not None:

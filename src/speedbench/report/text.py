@@ -183,6 +183,21 @@ def render(results: Path, mlflow_uri: str | None = None) -> str:
         extra = overestimate(thr)
         if extra:
             out += ["", "Random-token control:", "", *extra]
+    flagged = [
+        f"- {name}: {r.config} {r.split} bs{r.batch_size}: {r.host_warning}"
+        for name, summary in summaries.items()
+        for r in summary.levels
+        if r.host_flagged
+    ]
+    if flagged:
+        out += ["", "## Host contention: levels measured while other processes ran", "", *flagged]
+    cpus = {
+        str((s.provenance.get("host_cpu") or {}).get("model"))
+        for s in summaries.values()
+        if s.provenance.get("host_cpu")
+    }
+    if cpus:
+        out += ["", f"Measured on: {'; '.join(sorted(cpus))} ({host_line(summaries)})"]
     plots = sorted(str(p) for p in results.glob("*/plots/*.png"))
     out += ["", "## Where things are", ""]
     out += [f"- plot: `{p}`" for p in plots]
@@ -223,6 +238,21 @@ def format_summary(summary: SweepSummary) -> str:
             cells = " ".join(_cell(r.al_speed_bench_by_category.get(c), width) for c in cats)
             lines.append(f"{_row_name(r, summary):>{config_w}} {r.batch_size:>4} {cells}")
     return "\n".join(lines)
+
+
+def host_line(summaries: dict[str, SweepSummary]) -> str:
+    """The CPU features and dtype the numbers rest on, from the sweeps' provenance."""
+    parts = set()
+    for s in summaries.values():
+        cpu = s.provenance.get("host_cpu") or {}
+        if cpu:
+            parts.add(
+                f"{cpu.get('cores')} cores, kernels {cpu.get('kernel_family')}, "
+                f"AVX-512 {'yes' if cpu.get('avx512') else 'no'}, "
+                f"bf16 {'native' if cpu.get('bf16') else 'emulated'}, "
+                f"AMX {'yes' if cpu.get('amx') else 'no'}, dtype {s.provenance.get('dtype')}"
+            )
+    return "; ".join(sorted(parts))
 
 
 def _row_name(row: SummaryRow, summary: SweepSummary) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from tests.unit.conftest import FAULTS
+from tests.integration.conftest import FAULTS
 
 from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.client.run import run_load
@@ -31,6 +31,8 @@ from speedbench.level import validate_items
 from speedbench.models import ProvisionError, provision
 from speedbench.plan import load_split
 from speedbench.stages import stage_sweep
+
+pytestmark = pytest.mark.integration
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "bad-inputs.md"
 EXPECTED = (

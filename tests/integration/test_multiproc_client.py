@@ -16,6 +16,8 @@ from speedbench.client.run import run_load
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 
+pytestmark = pytest.mark.integration
+
 
 def test_slots_sum_to_the_batch_size():
     assert slot_counts(5, 2) == [3, 2]

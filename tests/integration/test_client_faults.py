@@ -11,6 +11,8 @@ from speedbench.engines import get_engine
 from speedbench.engines.local import free_port
 from speedbench.metrics.summary import summarize_level
 
+pytestmark = pytest.mark.integration
+
 
 def engine_at(url: str) -> EngineConfig:
     return EngineConfig(model="m", port=int(url.rsplit(":", 1)[1]))

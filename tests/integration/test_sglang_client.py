@@ -22,6 +22,8 @@ from speedbench.results import LevelMetrics, finite, tracking_scalars
 from speedbench.synthetic import SyntheticOptions, chunk_sizes, serve_in_subprocess
 
 K, ACCEPT_P, SEED, MAX_TOKENS = 3, 0.6, 7, 25
+pytestmark = pytest.mark.integration
+
 FIRST_IDS = (11, 12, 13, 14, 15)
 TRUNCATED = 16
 

@@ -1,0 +1,246 @@
+"""Is anything else using the host's CPUs while a level is measured? Measured from /proc.
+
+vLLM-CPU's OpenMP threads spin while they wait, so two engines, or an engine and a test suite,
+on the same cores slow each other many times over, and nothing in a result would say so. Around
+every level speedbench reads the CPU time of every process on the host (``/proc/<pid>/stat``)
+and of the host as a whole (``/proc/stat``) and reports:
+
+- the CPU time used by processes that are not this measurement's (the client and its workers,
+  the engine's process group or container), as a fraction of the machine over the level;
+- the processes that used the most of it, by name, and any other inference engine running;
+- the 1-minute load average at the end.
+
+A level where others used more than a threshold of the machine (or another engine ran) is
+flagged, with a warning that names them. Linux only; elsewhere nothing is measured and the
+report says so.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PROC = Path("/proc")
+TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# Others may use this fraction of the machine (all its cores) before a level is flagged.
+DEFAULT_THRESHOLD = 0.10
+ENGINE_MARKERS = (b"vllm", b"sglang", b"tensorrt_llm", b"trtllm-serve", b"llama-server")
+
+
+@dataclass(frozen=True)
+class ProcSample:
+    """CPU seconds used so far by one process, and what it is."""
+
+    pid: int
+    name: str
+    cpu_s: float
+    ppid: int
+    pgid: int
+
+
+@dataclass(frozen=True)
+class HostSnapshot:
+    """Every process's CPU time at one moment, and the host's busy time."""
+
+    at: float
+    procs: dict[int, ProcSample]
+    busy_s: float
+
+
+def _read_proc(pid: int) -> ProcSample | None:
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # comm may hold spaces and parentheses: split at the last ')'.
+    head, _, rest = stat.rpartition(")")
+    name = head.partition("(")[2]
+    fields = rest.split()
+    # fields[0] is state; ppid, pgrp at 1, 2; utime, stime at 11, 12 (stat fields 14, 15).
+    cpu = (int(fields[11]) + int(fields[12])) / TICKS
+    return ProcSample(pid, name, cpu, int(fields[1]), int(fields[2]))
+
+
+def snapshot() -> HostSnapshot:
+    """Read every process's CPU time and the host's busy time."""
+    procs = {}
+    for entry in PROC.iterdir():
+        if entry.name.isdigit() and (sample := _read_proc(int(entry.name))) is not None:
+            procs[sample.pid] = sample
+    busy = 0.0
+    try:
+        cpu = (PROC / "stat").read_text().splitlines()[0].split()[1:]
+        values = [int(v) for v in cpu]
+        idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+        busy = (sum(values[:8]) - idle) / TICKS  # guest time is already in user
+    except (OSError, IndexError, ValueError):
+        pass
+    return HostSnapshot(time.monotonic(), procs, busy)
+
+
+def descendants(root: int, procs: dict[int, ProcSample]) -> set[int]:
+    """``root`` and every process below it."""
+    children: dict[int, list[int]] = {}
+    for p in procs.values():
+        children.setdefault(p.ppid, []).append(p.pid)
+    out, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid in out:
+            continue
+        out.add(pid)
+        todo += children.get(pid, [])
+    return out
+
+
+def in_container(pid: int, container_id: str) -> bool:
+    """Whether ``pid`` runs in the Docker container ``container_id`` (from its cgroup)."""
+    try:
+        return container_id in (PROC / str(pid) / "cgroup").read_text()
+    except OSError:
+        return False
+
+
+def other_engines(procs: dict[int, ProcSample], ours: Callable[[int], bool]) -> list[str]:
+    """Inference-engine processes on the host that are not this measurement's."""
+    found = []
+    for pid, p in procs.items():
+        if ours(pid):
+            continue
+        try:
+            cmd = (PROC / str(pid) / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if any(marker in cmd for marker in ENGINE_MARKERS):
+            found.append(f"{p.name} (pid {pid})")
+    return sorted(found)
+
+
+@dataclass
+class Contention:
+    """What else used the host during a level."""
+
+    wall_s: float
+    cores: int
+    others_cpu_s: float
+    ours_cpu_s: float
+    host_busy_s: float
+    load_1m: float
+    competitors: list[tuple[str, int, float]] = field(default_factory=list)
+    other_engines: list[str] = field(default_factory=list)
+    threshold: float = DEFAULT_THRESHOLD
+
+    @property
+    def others_fraction(self) -> float:
+        """Others' CPU time as a fraction of the machine (all cores) over the level."""
+        return self.others_cpu_s / (self.wall_s * self.cores) if self.wall_s > 0 else 0.0
+
+    @property
+    def flagged(self) -> bool:
+        """Whether others used more than the threshold, or another engine was running."""
+        return self.others_fraction > self.threshold or bool(self.other_engines)
+
+    def warning(self) -> str | None:
+        """One line naming what competed for the CPUs (None when the level was quiet)."""
+        if not self.flagged:
+            return None
+        names = ", ".join(f"{n} (pid {pid}, {cpu:.1f} s)" for n, pid, cpu in self.competitors[:5])
+        line = (
+            f"host contention: other processes used {self.others_fraction:.0%} of the "
+            f"{self.cores} cores during the level (threshold {self.threshold:.0%})"
+        )
+        if names:
+            line += f": {names}"
+        if self.other_engines:
+            line += f"; other engines running: {', '.join(self.other_engines)}"
+        return line + "; the numbers may be slowed by them"
+
+    def as_dict(self) -> dict[str, object]:
+        """Plain-JSON form."""
+        return {
+            "wall_s": self.wall_s,
+            "cores": self.cores,
+            "others_cpu_s": self.others_cpu_s,
+            "others_fraction": self.others_fraction,
+            "ours_cpu_s": self.ours_cpu_s,
+            "host_busy_s": self.host_busy_s,
+            "load_1m": self.load_1m,
+            "competitors": [
+                {"name": n, "pid": pid, "cpu_s": cpu} for n, pid, cpu in self.competitors[:10]
+            ],
+            "other_engines": self.other_engines,
+            "threshold": self.threshold,
+            "flagged": self.flagged,
+            "warning": self.warning(),
+        }
+
+
+def compare(
+    before: HostSnapshot,
+    after: HostSnapshot,
+    ours: Callable[[int], bool],
+    threshold: float = DEFAULT_THRESHOLD,
+) -> Contention:
+    """Who used the CPUs between two snapshots: this measurement's processes, or others."""
+    others: dict[int, tuple[str, float]] = {}
+    ours_s = 0.0
+    for pid, now in after.procs.items():
+        then = before.procs.get(pid)
+        used = now.cpu_s - (then.cpu_s if then is not None and then.name == now.name else 0.0)
+        if used <= 0:
+            continue
+        if ours(pid):
+            ours_s += used
+        else:
+            others[pid] = (now.name, used)
+    competitors = sorted(
+        ((name, pid, cpu) for pid, (name, cpu) in others.items()), key=lambda c: -c[2]
+    )
+    try:
+        load = float((PROC / "loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        load = float("nan")
+    return Contention(
+        wall_s=after.at - before.at,
+        cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1,
+        others_cpu_s=sum(cpu for _, _, cpu in competitors),
+        ours_cpu_s=ours_s,
+        host_busy_s=after.busy_s - before.busy_s,
+        load_1m=load,
+        competitors=competitors,
+        other_engines=other_engines(after.procs, ours),
+        threshold=threshold,
+    )
+
+
+def ownership(
+    procs: dict[int, ProcSample],
+    engine_pgid: int | None = None,
+    container_id: str | None = None,
+    client_root: int | None = None,
+) -> Callable[[int], bool]:
+    """A test of whether a pid belongs to this measurement.
+
+    Ours: the client (this process and everything below it, workers included), the engine's
+    process group (a local engine), and the processes of its container (a Docker engine).
+    Processes that appear later are judged by the same rules.
+    """
+    mine = descendants(client_root or os.getpid(), procs)
+
+    def ours(pid: int) -> bool:
+        if pid in mine:
+            return True
+        sample = procs.get(pid) or _read_proc(pid)
+        if sample is None:
+            return False
+        if engine_pgid is not None and sample.pgid == engine_pgid:
+            return True
+        if sample.ppid in mine:
+            mine.add(pid)
+            return True
+        return container_id is not None and in_container(pid, container_id)
+
+    return ours

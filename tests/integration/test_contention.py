@@ -1,0 +1,92 @@
+"""Host contention is measured around every level: a CPU hog is flagged by name, quiet is not.
+
+The engine is the synthetic streaming server (timing, not acceptance, is under test here); the
+hog is a real busy process outside this test's process tree, named ``cpu-hog``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from speedbench.client.loadgen import LoadSettings, WorkItem
+from speedbench.config import EngineConfig, SpecConfig
+from speedbench.engines import get_engine
+from speedbench.engines.local import free_port
+from speedbench.engines.running import RunningEngine
+from speedbench.level import HostBusyError, measure_level
+from speedbench.synthetic import SyntheticOptions, serve_in_subprocess
+
+pytestmark = pytest.mark.integration
+SPEC = SpecConfig(method="ngram", num_speculative_tokens=3)
+ITEMS = [WorkItem(f"p{i}", "qa", prompt_ids=(100 + i, 200)) for i in range(3)]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    # 48 tokens in steps of up to 4 every 50 ms: about 0.6 s a request, 2 s a level.
+    with serve_in_subprocess(SyntheticOptions(k=3, interval_s=0.05), free_port()) as url:
+        config = EngineConfig(model="m", launcher="external", port=int(url.rsplit(":", 1)[1]))
+        yield RunningEngine(config, SPEC, get_engine("vllm"), Path(os.devnull))
+
+
+@pytest.fixture
+def hog(tmp_path):
+    """A busy loop on every core, detached from this process tree (its parent is not us)."""
+    exe = tmp_path / "cpu-hog"
+    exe.symlink_to(sys.executable)
+    loop = "import time\nend = time.time() + 120\nwhile time.time() < end:\n    pass\n"
+    subprocess.run(["setsid", "-f", str(exe), "-c", loop], check=True)
+    pids = []
+    deadline = time.monotonic() + 10
+    while not pids and time.monotonic() < deadline:
+        for proc in Path("/proc").iterdir():
+            if proc.name.isdigit():
+                try:
+                    if (proc / "comm").read_text().strip() == "cpu-hog":
+                        pids.append(int(proc.name))
+                except OSError:
+                    pass
+        time.sleep(0.05)
+    assert pids, "the hog did not start"
+    time.sleep(0.5)  # let it reach full speed
+    yield pids[0]
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+
+
+def level(engine, tmp_path, **settings):
+    load = LoadSettings(batch_size=1, max_tokens=48, show_progress=False, split="s", **settings)
+    return measure_level(engine, ITEMS, load, None, tmp_path / "level")
+
+
+def test_a_quiet_level_is_not_flagged(engine, tmp_path):
+    result = level(engine, tmp_path)
+    host = result.metrics.host
+    assert host is not None and not host.flagged and host.warning is None
+    assert host.others_fraction < host.threshold
+    assert host.ours_cpu_s > 0  # the client and the server did the work
+    assert host.wall_s > 1.0
+
+
+def test_a_cpu_hog_during_the_level_is_flagged_by_name(engine, tmp_path, hog):
+    result = level(engine, tmp_path)
+    host = result.metrics.host
+    assert host.flagged
+    assert host.others_fraction > 0.3  # a whole core of the machine's cores, near enough
+    top = host.competitors[0]
+    assert (top.name, top.pid) == ("cpu-hog", hog)
+    assert f"cpu-hog (pid {hog}" in host.warning
+    assert (tmp_path / "level" / "records.parquet").exists()  # flagged, still measured
+
+
+def test_strict_host_refuses_to_measure_next_to_a_hog(engine, tmp_path, hog):
+    with pytest.raises(HostBusyError, match=r"not measuring ngram-k3 s at batch size 1 .*cpu-hog"):
+        level(engine, tmp_path, strict_host=True)
+    assert not (tmp_path / "level" / "records.jsonl").exists()

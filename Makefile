@@ -17,6 +17,9 @@ run: setup engine-env
 	# The whole DVC pipeline on params.yaml: provision -> splits -> measure (Prefect + MLflow) -> report.
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
 	@cat results/metrics/report.md
+	# The verdict against the committed reference (exact / reproduced / not reproduced); a
+	# different CPU or dtype may legitimately not match, so the job does not fail on it.
+	-$(VENV)/bin/speedbench verify-reference
 
 test: setup engine-env docker-env lint
 	$(PY) -m speedbench.cli provision qwen2.5-coder-0.5b-instruct

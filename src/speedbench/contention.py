@@ -7,6 +7,7 @@ and of the host as a whole (``/proc/stat``) and reports:
 
 - the CPU time used by processes that are not this measurement's (the client and its workers,
   the engine's process group or container), as a fraction of the machine over the level;
+  kernel threads are counted apart (they mostly do the measurement's own I/O);
 - the processes that used the most of it, by name, and any other inference engine running;
 - the 1-minute load average at the end.
 
@@ -81,6 +82,11 @@ def snapshot() -> HostSnapshot:
     return HostSnapshot(time.monotonic(), procs, busy)
 
 
+def is_kernel_thread(sample: ProcSample) -> bool:
+    """Kernel threads: kthreadd (pid 2) and its children."""
+    return sample.pid == 2 or sample.ppid == 2
+
+
 def descendants(root: int, procs: dict[int, ProcSample]) -> set[int]:
     """``root`` and every process below it."""
     children: dict[int, list[int]] = {}
@@ -128,6 +134,7 @@ class Contention:
     others_cpu_s: float
     ours_cpu_s: float
     host_busy_s: float
+    kernel_cpu_s: float
     load_1m: float
     competitors: list[tuple[str, int, float]] = field(default_factory=list)
     other_engines: list[str] = field(default_factory=list)
@@ -167,6 +174,7 @@ class Contention:
             "others_fraction": self.others_fraction,
             "ours_cpu_s": self.ours_cpu_s,
             "host_busy_s": self.host_busy_s,
+            "kernel_cpu_s": self.kernel_cpu_s,
             "load_1m": self.load_1m,
             "competitors": [
                 {"name": n, "pid": pid, "cpu_s": cpu} for n, pid, cpu in self.competitors[:10]
@@ -186,13 +194,16 @@ def compare(
 ) -> Contention:
     """Who used the CPUs between two snapshots: this measurement's processes, or others."""
     others: dict[int, tuple[str, float]] = {}
-    ours_s = 0.0
+    ours_s = kernel_s = 0.0
     for pid, now in after.procs.items():
         then = before.procs.get(pid)
         used = now.cpu_s - (then.cpu_s if then is not None and then.name == now.name else 0.0)
         if used <= 0:
             continue
-        if ours(pid):
+        if is_kernel_thread(now):
+            # Kernel workers mostly do this measurement's own I/O (ext4, network): not others'.
+            kernel_s += used
+        elif ours(pid):
             ours_s += used
         else:
             others[pid] = (now.name, used)
@@ -209,6 +220,7 @@ def compare(
         others_cpu_s=sum(cpu for _, _, cpu in competitors),
         ours_cpu_s=ours_s,
         host_busy_s=after.busy_s - before.busy_s,
+        kernel_cpu_s=kernel_s,
         load_1m=load,
         competitors=competitors,
         other_engines=other_engines(after.procs, ours),

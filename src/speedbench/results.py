@@ -163,6 +163,7 @@ class HostFigures(Result):
     others_fraction: float
     ours_cpu_s: float
     host_busy_s: float
+    kernel_cpu_s: float = 0.0
     load_1m: Figure
     competitors: list[Competitor] = Field(default_factory=list)
     other_engines: list[str] = Field(default_factory=list)

@@ -6,6 +6,7 @@ hog is a real busy process outside this test's process tree, named ``cpu-hog``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -36,29 +37,40 @@ def engine():
         yield RunningEngine(config, SPEC, get_engine("vllm"), Path(os.devnull))
 
 
+def hog_pids() -> set[int]:
+    pids = set()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                if (proc / "comm").read_text().strip() == "cpu-hog":
+                    pids.add(int(proc.name))
+    return pids
+
+
+def kill_and_wait(pids: set[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while hog_pids() & pids and time.monotonic() < deadline:
+        time.sleep(0.05)  # gone (init reaps it) before anything else is measured
+
+
 @pytest.fixture
 def hog(tmp_path):
-    """A busy loop on every core, detached from this process tree (its parent is not us)."""
+    """A busy loop, detached from this process tree (its parent is not us), named cpu-hog."""
+    kill_and_wait(hog_pids())  # leftovers of an interrupted run
     exe = tmp_path / "cpu-hog"
     exe.symlink_to(sys.executable)
     loop = "import time\nend = time.time() + 120\nwhile time.time() < end:\n    pass\n"
     subprocess.run(["setsid", "-f", str(exe), "-c", loop], check=True)
-    pids = []
     deadline = time.monotonic() + 10
-    while not pids and time.monotonic() < deadline:
-        for proc in Path("/proc").iterdir():
-            if proc.name.isdigit():
-                try:
-                    if (proc / "comm").read_text().strip() == "cpu-hog":
-                        pids.append(int(proc.name))
-                except OSError:
-                    pass
+    while not (pids := hog_pids()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert pids, "the hog did not start"
+    assert len(pids) == 1, f"expected one hog, found {pids}"
     time.sleep(0.5)  # let it reach full speed
-    yield pids[0]
-    for pid in pids:
-        os.kill(pid, signal.SIGKILL)
+    yield next(iter(pids))
+    kill_and_wait(pids)
 
 
 def level(engine, tmp_path, **settings):

@@ -212,6 +212,11 @@ class SweepConfig(StrictModel):
     request_timeout_s: float = Field(
         default=1800.0, gt=0, description="Limit on one request, first byte to finish."
     )
+    draft_cost: bool = Field(
+        default=False,
+        description="Also time the draft model alone (no SD) at every batch size, so the report "
+        "can show the break-even model: expected speedup AL / (1 + k c) beside the measured one.",
+    )
     contention_threshold: float = Field(
         default=0.10,
         gt=0,

@@ -213,6 +213,8 @@ class SummaryRow(Result):
     config: str
     split: str
     batch_size: int
+    method: str = "none"
+    k: int = 0
     output_throughput_tok_s: Figure
     per_user_tok_s: Figure
     error_rate: Figure
@@ -255,10 +257,13 @@ class SummaryRow(Result):
     def of(cls, label: str, split: str, batch_size: int, metrics: LevelMetrics) -> SummaryRow:
         """The summary row of a measured level (speedup is set by :func:`summarize_sweep`)."""
         o = metrics.overall
+        spec = metrics.config.get("spec") or {}
         row = cls(
             config=label,
             split=split,
             batch_size=batch_size,
+            method=spec.get("method", "none"),
+            k=spec.get("num_speculative_tokens", 0),
             output_throughput_tok_s=o.load.output_throughput_tok_s,
             per_user_tok_s=o.load.per_user_tok_s,
             error_rate=o.load.error_rate,
@@ -315,6 +320,60 @@ class ConfigFailure(Result):
     error: str
 
 
+class BreakEven(Result):
+    """Why SD wins or loses at one level: the expected speedup AL / (1 + k c) and the measured.
+
+    AL is tokens per target forward pass (the stream view, prefill left out); c is the cost of
+    one draft step relative to one target step: 0 for drafters that run no model (n-gram,
+    suffix), else the draft model's TPOT alone over the target's alone at the same batch size.
+    The model assumes verifying k + 1 tokens costs one target step; where the measured speedup
+    falls short of the expected one, verification (or the engine's SD overhead) costs more.
+    """
+
+    config: str
+    split: str
+    batch_size: int
+    k: int
+    al_per_step: Figure
+    draft_cost_ratio: Figure
+    expected_speedup: Figure
+    measured_speedup: Figure
+
+
+MODEL_FREE = ("ngram", "suffix")
+
+
+def break_even(
+    rows: Sequence[SummaryRow], draft_tpot: dict[tuple[str, int], float]
+) -> list[BreakEven]:
+    """The break-even model of every SD row (``draft_tpot``: (split, bs) -> draft-alone TPOT)."""
+    target_tpot = {speedup_key(r): r.tpot_p50_s for r in rows if not r.is_speculative}
+    out = []
+    for r in rows:
+        if not r.is_speculative:
+            continue
+        c: float | None = None
+        if r.method in MODEL_FREE:
+            c = 0.0
+        elif (d := draft_tpot.get(speedup_key(r))) and (t := target_tpot.get(speedup_key(r))):
+            c = d / t
+        al = r.al_stream
+        expected = al / (1 + r.k * c) if al is not None and c is not None else None
+        out.append(
+            BreakEven(
+                config=r.config,
+                split=r.split,
+                batch_size=r.batch_size,
+                k=r.k,
+                al_per_step=al,
+                draft_cost_ratio=c,
+                expected_speedup=expected,
+                measured_speedup=r.speedup,
+            )
+        )
+    return out
+
+
 class SweepSummary(Result):
     """A sweep's table of levels, its failures, Pareto fronts and plots."""
 
@@ -322,6 +381,9 @@ class SweepSummary(Result):
     status: Literal["running", "finished", "failed", "killed"] = "finished"
     # What the numbers rest on: dtype, engine and its version per config, the CPU they ran on.
     provenance: dict[str, Any] = Field(default_factory=dict)
+    # The draft model alone (draft_cost): TPOT p50 by split and batch size, and the model.
+    draft_alone: list[SummaryRow] = Field(default_factory=list)
+    break_even: list[BreakEven] = Field(default_factory=list)
     failures: list[ConfigFailure] = Field(default_factory=list)
     pareto_batch_sizes: dict[str, list[int]] = Field(default_factory=dict)
     plots: list[str] = Field(default_factory=list)

@@ -51,7 +51,9 @@ from speedbench.results import (
     LosslessFigures,
     SummaryRow,
     SweepSummary,
+    break_even,
     finite,
+    speedup_key,
     summarize_sweep,
 )
 from speedbench.tokenize import PromptTokenizer
@@ -193,17 +195,65 @@ def run_sweep(
         s.model_copy(update={"draft_model": draft}) if s.draft_model else s
         for s in config.spec_configs()
     ]
-    return run_grid(
+    out = Path(config.out_dir) / config.name
+    hooks = hooks or (SweepHooks() if config.force else DiskResume())
+    summary = run_grid(
         engine,
         specs,
         items,
         config.batch_sizes,
-        Path(config.out_dir) / config.name,
+        out,
         settings=load_settings(config),
         tokenizer=tokenizer,
-        hooks=hooks or (SweepHooks() if config.force else DiskResume()),
+        hooks=hooks,
         identity=lambda spec, split, bs: config_identity(config, engine, spec, split, bs),
     )
+    if config.draft_cost and draft:
+        summary = with_draft_cost(summary, config, engine, draft, items, tokenizer, out)
+    return summary
+
+
+def with_draft_cost(
+    summary: SweepSummary,
+    config: SweepConfig,
+    engine: EngineConfig,
+    draft: str,
+    items: Mapping[str, Sequence[WorkItem]],
+    tokenizer: PromptTokenizer,
+    out: Path,
+) -> SweepSummary:
+    """Time the draft model alone at every batch size; add the break-even model to the summary.
+
+    Its levels live under ``<out>/draft-alone`` (resumed from disk like any level) and in the
+    summary's ``draft_alone`` rows, apart from the target's, so no table mixes the two models.
+    """
+    alone = engine.model_copy(update={"model": draft})
+
+    def identity(spec: SpecConfig, split: str, bs: int) -> dict[str, Any]:
+        ident = config_identity(config, alone, spec, split, bs)
+        return {**ident, "model": config.draft_model, "role": "draft_alone"}
+
+    print(f"timing the draft {config.draft_model} alone for the break-even model")
+    drafts = run_grid(
+        alone,
+        [SpecConfig()],
+        items,
+        config.batch_sizes,
+        out / "draft-alone",
+        settings=load_settings(config),
+        tokenizer=tokenizer,
+        hooks=SweepHooks() if config.force else DiskResume(),
+        identity=identity,
+    )
+    tpot = {speedup_key(r): r.tpot_p50_s for r in drafts.levels if r.tpot_p50_s}
+    done = summary.model_copy(
+        update={"draft_alone": drafts.levels, "break_even": break_even(summary.levels, tpot)}
+    )
+    failures = [*summary.failures, *(f.model_copy(update={"config": f"draft-alone {f.config}"})
+                                     for f in drafts.failures)]  # fmt: skip
+    done.failures = failures
+    done.write(out / "summary.json")
+    return done
 
 
 def run_grid(

@@ -277,3 +277,36 @@ def test_a_prompt_file_is_measured_as_a_split_named_after_it(tmp_path):
         "q0",
         "q1",
     ]
+
+
+def test_break_even_model_exact_values():
+    from speedbench.results import break_even
+
+    rows = [
+        _row("none", output_throughput_tok_s=4.0, tpot_p50_s=0.3),
+        _row("ngram-k3", method="ngram", k=3, output_throughput_tok_s=6.0, al_stream=2.0),
+        _row(
+            "draft_model-k3", method="draft_model", k=3, output_throughput_tok_s=3.6, al_stream=3.0
+        ),
+        _row(
+            "draft_model-k3", method="draft_model", k=3, batch_size=4, output_throughput_tok_s=9.0
+        ),
+    ]
+    table = break_even(summarize_sweep(rows).levels, {("qualitative", 1): 0.1})
+    assert [(b.config, b.batch_size) for b in table] == [
+        ("ngram-k3", 1),
+        ("draft_model-k3", 1),
+        ("draft_model-k3", 4),
+    ]
+    ngram, draft, no_baseline = table
+    # n-gram drafting runs no model: c = 0, expected = AL.
+    assert (ngram.draft_cost_ratio, ngram.expected_speedup, ngram.measured_speedup) == (
+        0.0,
+        2.0,
+        1.5,
+    )
+    # c = 0.1 / 0.3; expected = 3 / (1 + 3 c) = 1.5; measured 3.6 / 4.0.
+    assert draft.draft_cost_ratio == pytest.approx(1 / 3)
+    assert draft.expected_speedup == pytest.approx(1.5)
+    assert draft.measured_speedup == pytest.approx(0.9)
+    assert no_baseline.draft_cost_ratio is None and no_baseline.expected_speedup is None

@@ -125,6 +125,33 @@ def lossless_table(summary: SweepSummary) -> list[str]:
     return lines
 
 
+def break_even_table(summary: SweepSummary) -> list[str]:
+    """Markdown table: expected speedup AL / (1 + k c) beside the measured, per level."""
+    if not summary.break_even:
+        return []
+    lines = [
+        "| config | split | bs | AL per target step (stream) | c (draft/target step) | "
+        "expected AL/(1+kc) | measured |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for b in summary.break_even:
+        lines.append(
+            f"| {b.config} | {b.split} | {b.batch_size} | {_fmt(b.al_per_step)} | "
+            f"{_fmt(b.draft_cost_ratio, '.3f')} | {_fmt(b.expected_speedup)} | "
+            f"{_fmt(b.measured_speedup)} |"
+        )
+    return lines
+
+
+BREAK_EVEN_NOTE = (
+    "c is 0 for drafters that run no model (n-gram, suffix), else the draft model's TPOT alone "
+    "over the target's alone at the same batch size (draft_cost). The model assumes verifying "
+    "k + 1 tokens costs one target step: where the measured speedup falls short of the "
+    "expected, verification costs more than a decode step (compute-bound on a CPU) or the "
+    "engine's SD bookkeeping does."
+)
+
+
 LOSSLESS_NOTE = (
     "Greedy SD must reproduce the baseline's tokens. A difference is expected only where the "
     "arithmetic depends on the batch (bf16 kernels at batch size > 1 round differently with "
@@ -175,6 +202,9 @@ def render(results: Path, mlflow_uri: str | None = None) -> str:
         out += ["", VIEWS_NOTE]
         out += ["", "## Conditional acceptance rate by position", "", *ar_table(qual)]
         out += ["", "## Throughput and speedup (qualitative split)", "", *throughput_table(qual)]
+        if table := break_even_table(qual):
+            out += ["", "## Break-even model: why SD wins or loses here", "", *table]
+            out += ["", BREAK_EVEN_NOTE]
         if lossless := lossless_table(qual):
             out += ["", "## Lossless check", "", *lossless, "", LOSSLESS_NOTE]
     thr = summaries.get("throughput")

@@ -110,7 +110,7 @@ class TrackedHooks(SweepHooks):
             point.identity,
             point.identity_hash,
             extra,
-            row.speedup,
+            row,
             log_path,
         )
 

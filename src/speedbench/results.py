@@ -411,26 +411,31 @@ def speedup_key(row: SummaryRow) -> tuple[str, int]:
     return row.split, row.batch_size
 
 
+def with_speedup(row: SummaryRow, rows: Sequence[SummaryRow]) -> SummaryRow:
+    """``row`` with its speedup over the no-SD row of ``rows`` at the same split and bs.
+
+    The one speedup formula (:func:`speedbench.metrics.pareto.speedup`): SD output throughput
+    over no-SD output throughput at the same split and batch size; None without a baseline.
+    """
+    key, value = speedup_key(row), None
+    base = next(
+        (r.output_throughput_tok_s for r in rows if not r.is_speculative and speedup_key(r) == key),
+        None,
+    )
+    if row.is_speculative and base is not None and row.output_throughput_tok_s is not None:
+        value = speedup({key: row.output_throughput_tok_s}, {key: base}).get(key)
+    return row.model_copy(update={"speedup": value})
+
+
 def summarize_sweep(
     rows: Sequence[SummaryRow], failures: Sequence[ConfigFailure] = ()
 ) -> SweepSummary:
     """The sweep summary: rows with their speedup over the no-SD row of the same split and bs.
 
-    Every entry point (CLI, Prefect flow, DVC stage) gets its speedups here, from
-    :func:`speedbench.metrics.pareto.speedup`: SD output throughput over no-SD output throughput
-    at the same split and batch size. Rows without a measured baseline keep ``speedup`` None.
+    Every entry point (CLI, Prefect flow, DVC stage) gets its speedups here, by
+    :func:`with_speedup`; rows without a measured baseline keep ``speedup`` None.
     """
-    baseline = {
-        speedup_key(r): r.output_throughput_tok_s
-        for r in rows
-        if not r.is_speculative and r.output_throughput_tok_s is not None
-    }
-    levels = []
-    for r in rows:
-        key, value = speedup_key(r), None
-        if r.is_speculative and key in baseline and r.output_throughput_tok_s is not None:
-            value = speedup({key: r.output_throughput_tok_s}, {key: baseline[key]}).get(key)
-        levels.append(r.model_copy(update={"speedup": value}))
+    levels = [with_speedup(r, rows) for r in rows]
     many = len({r.split for r in levels}) > 1
     fronts: dict[str, list[int]] = {}
     for label, split in dict.fromkeys((r.config, r.split) for r in levels):

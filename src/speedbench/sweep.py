@@ -10,7 +10,7 @@ This is the one loop that measures a grid. The CLI (``speedbench sweep``), the P
 The runner owns what must be the same everywhere:
 
 - the order (the no-SD baseline first, so speedups are known as SD levels land);
-- the speedup formula (:func:`speedbench.results.summarize_sweep`);
+- the speedup formula (:func:`speedbench.results.with_speedup`);
 - the failure path: an engine that fails to start or dies is a :class:`ConfigFailure`, the
   levels it did not reach are reported to ``level_failed``, and the next config runs;
 - Ctrl-C: the engine is stopped, ``summary.json`` is written with status ``killed`` and the
@@ -55,6 +55,7 @@ from speedbench.results import (
     finite,
     speedup_key,
     summarize_sweep,
+    with_speedup,
 )
 from speedbench.tokenize import PromptTokenizer
 
@@ -371,7 +372,7 @@ def _measure_config(
             if not level.failed:
                 rows.append(row)
             # The row's speedup, by the one formula, against the baselines measured so far.
-            row = _with_speedup(row, rows)
+            row = with_speedup(row, rows)
             hooks.level_done(point, level, row)
             if level.failed:
                 raise EngineError(level.failed)
@@ -414,12 +415,6 @@ def _lossless(level: LevelResult, baseline_dir: Path) -> LosslessFigures | None:
             check.compared, first.prompt_id, first.turn, first.first_divergence,
         )  # fmt: skip
     return LosslessFigures.model_validate(finite(check.as_dict()))
-
-
-def _with_speedup(row: SummaryRow, rows: Sequence[SummaryRow]) -> SummaryRow:
-    baselines = [r for r in rows if not r.is_speculative]
-    summary = summarize_sweep([*baselines, row] if row.is_speculative else [row])
-    return summary.levels[-1]
 
 
 def _finish(

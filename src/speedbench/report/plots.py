@@ -24,14 +24,10 @@ def _name(row: SummaryRow, many_splits: bool) -> str:
     return f"{label} [{row.split}]" if many_splits else label
 
 
-def _many_splits(summary: SweepSummary) -> bool:
-    return summary.many_splits
-
-
 def _curves(summary: SweepSummary, keep: Any) -> dict[str, list[SummaryRow]]:
     """Levels that pass ``keep``, grouped into one curve per config (and split), by batch size."""
     curves: dict[str, list[SummaryRow]] = defaultdict(list)
-    many = _many_splits(summary)
+    many = summary.many_splits
     for r in summary.levels:
         if keep(r):
             curves[_name(r, many)].append(r)
@@ -45,7 +41,7 @@ def plot_conditional_ar(summary: SweepSummary, path: str | Path) -> Path | None:
     rows = [r for r in summary.levels if r.conditional_ar_counters]
     if not rows:
         return None
-    many = _many_splits(summary)
+    many = summary.many_splits
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in rows:
         ar = r.conditional_ar_counters
@@ -86,7 +82,7 @@ def plot_al_heatmap(summary: SweepSummary, path: str | Path) -> Path | None:
     rows = [r for r in summary.levels if r.al_by_category]
     if not rows:
         return None
-    many = _many_splits(summary)
+    many = summary.many_splits
     cats = sorted({c for r in rows for c in r.al_by_category})
     names = [f"{_name(r, many)} bs={r.batch_size}" for r in rows]
     grid = [[r.al_by_category.get(c) or float("nan") for c in cats] for r in rows]

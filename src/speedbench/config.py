@@ -9,11 +9,14 @@ the bad value and the allowed values.
 from __future__ import annotations
 
 import itertools
+import os
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from speedbench.host import ENGINE_CPUS_ENV, format_cpu_list, parse_cpu_list
 
 SpecMethod = Literal["none", "ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix"]
 EngineKind = Literal["vllm", "sglang", "trtllm"]
@@ -132,14 +135,30 @@ class EngineConfig(StrictModel):
         "`docker run --gpus`; unset on a CPU host.",
     )
     shm_size: str = Field(default="2g", description="docker only: /dev/shm size of the container.")
+    cpus: str | None = Field(
+        default_factory=lambda: os.environ.get(ENGINE_CPUS_ENV) or None,
+        description="CPU cores the engine owns, as a Linux CPU list ('0', '0-3,8'): its process "
+        "affinity and OpenMP threads (local), its cpuset (docker); the client keeps off them "
+        f"where other cores are left. Default: ${ENGINE_CPUS_ENV}, else unbound.",
+    )
     extra_args: list[str] = Field(default_factory=list, description="Extra engine CLI arguments.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra engine environment.")
     startup_timeout_s: float = Field(default=900.0, gt=0, description="Health wait limit.")
+
+    @field_validator("cpus")
+    @classmethod
+    def _normal_cpu_list(cls, value: str | None) -> str | None:
+        return None if value is None else format_cpu_list(parse_cpu_list(value))
 
     @property
     def base_url(self) -> str:
         """HTTP root of the engine's server."""
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def cpu_ids(self) -> tuple[int, ...]:
+        """The engine's cores as ids (empty when unbound)."""
+        return parse_cpu_list(self.cpus) if self.cpus else ()
 
 
 SplitName = Literal[

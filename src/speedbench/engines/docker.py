@@ -43,6 +43,7 @@ from speedbench.engines.base import EngineError, get_engine
 from speedbench.engines.containers import container_spec
 from speedbench.engines.launchers import Launcher, register_launcher
 from speedbench.engines.running import RunningEngine, check_port_free, wait_healthy, warm_up
+from speedbench.host import openmp_binding_env
 from speedbench.secrets import redact_args
 
 STOP_GRACE_S = 10  # SIGTERM, then SIGKILL after this many seconds, as `docker stop` does
@@ -136,11 +137,19 @@ def container_options(engine: EngineConfig, spec: SpecConfig) -> dict[str, Any]:
         update={"draft_model": _mounted(spec.draft_model, DRAFT_MOUNT, volumes, remote)}
     )
     command = adapter.server_args(inside, inside_spec)
+    binding: dict[str, Any] = {}
+    if engine.cpus:
+        # The cpuset confines the container; inside it the OpenMP threads still need binding.
+        binding = {"cpuset_cpus": engine.cpus}
     return {
+        **binding,
         "image": engine.image or image_spec.image,
         "entrypoint": list(image_spec.entrypoint),
         "command": command,
-        "environment": dict(engine.env),
+        "environment": {
+            **(openmp_binding_env(engine.cpu_ids) if engine.cpus else {}),
+            **engine.env,
+        },
         "ports": {f"{image_spec.port}/tcp": (engine.host, engine.port)},
         "volumes": volumes,
         "device_requests": device_requests(engine.gpus),
@@ -245,8 +254,9 @@ def launch_docker(
             ) from None
         if files:
             container.put_archive("/", launch_files_archive(files))
+        bound = ["--cpuset-cpus", options["cpuset_cpus"]] if "cpuset_cpus" in options else []
         header = "$ docker run " + " ".join(
-            redact_args([options["image"], *options["entrypoint"], *options["command"]])
+            redact_args([*bound, options["image"], *options["entrypoint"], *options["command"]])
         )
         log_path.write_text(header + "\n")
         try:

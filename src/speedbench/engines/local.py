@@ -26,6 +26,7 @@ from speedbench.engines.running import (
     wait_healthy,
     warm_up,
 )
+from speedbench.host import check_cpus_here, openmp_binding_env
 from speedbench.secrets import redact_args
 
 __all__ = ["RunningEngine", "attach_external", "free_port", "launch_local", "log_tail"]
@@ -91,13 +92,23 @@ def launch_local(
     cmd = [engine_python(engine), "-m", SERVER_MODULES[engine.kind], *args]
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **engine.env}
+    cpus = engine.cpu_ids
+    try:
+        check_cpus_here(cpus)
+    except ValueError as exc:
+        raise EngineError(str(exc)) from None
+    env = {**os.environ, **(openmp_binding_env(cpus) if cpus else {}), **engine.env}
     with log_path.open("wb") as log:
         log.write(("$ " + " ".join(redact_args(cmd)) + "\n").encode())
+        if cpus:
+            log.write(f"# bound to cpus {engine.cpus}\n".encode())
         log.flush()
         process = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
+    if cpus:
+        # Set before the interpreter has started any thread or child (they inherit it).
+        os.sched_setaffinity(process.pid, cpus)
     running = RunningEngine(engine, spec, adapter, log_path, process)
     try:
         wait_healthy(

@@ -1,0 +1,103 @@
+"""Engine core binding: CPU lists, OpenMP settings, the client's cores, contention per core.
+
+The client keeps off the engine's cores, and contention counts only processes on them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from speedbench import contention
+from speedbench.config import EngineConfig
+from speedbench.contention import HostSnapshot, ProcSample
+from speedbench.host import (
+    ENGINE_CPUS_ENV,
+    format_cpu_list,
+    keep_off,
+    openmp_binding_env,
+    parse_cpu_list,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "cpus"),
+    [("0", (0,)), ("0-3,8", (0, 1, 2, 3, 8)), ("5,1-2", (1, 2, 5)), (" 2 , 2", (2,))],
+)
+def test_cpu_lists_parse_like_taskset(text, cpus):
+    assert parse_cpu_list(text) == cpus
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("a", "not a CPU list"),
+        ("1-", "not a CPU list"),
+        ("", "not a CPU list"),
+        ("3-1", "backwards"),
+    ],
+)
+def test_bad_cpu_lists_are_named(text, problem):
+    with pytest.raises(ValueError, match=problem):
+        parse_cpu_list(text)
+
+
+def test_cpu_lists_format_shortest():
+    assert format_cpu_list({0, 1, 2, 5}) == "0-2,5"
+    assert format_cpu_list((7,)) == "7"
+    assert format_cpu_list(frozenset({0, 2, 3, 4, 7, 8})) == "0,2-4,7-8"
+
+
+def test_engine_cores_come_from_the_host_unless_the_config_names_them(monkeypatch):
+    monkeypatch.delenv(ENGINE_CPUS_ENV, raising=False)
+    assert EngineConfig(model="m").cpus is None
+    assert EngineConfig(model="m").cpu_ids == ()
+    monkeypatch.setenv(ENGINE_CPUS_ENV, "3,1-2")
+    assert EngineConfig(model="m").cpus == "1-3"
+    assert EngineConfig(model="m", cpus="0").cpu_ids == (0,)
+    with pytest.raises(ValueError, match="not a CPU list: 'x'"):
+        EngineConfig(model="m", cpus="x")
+
+
+def test_openmp_binding_is_one_bound_thread_per_core():
+    assert openmp_binding_env((2, 3)) == {
+        "OMP_NUM_THREADS": "2",
+        "OMP_PLACES": "{2,3}",
+        "OMP_PROC_BIND": "true",
+    }
+
+
+def test_the_client_keeps_off_the_engine_cores_and_comes_back():
+    mine = frozenset(os.sched_getaffinity(0))
+    engine = frozenset({min(mine)})
+    with keep_off(engine) as client:
+        assert frozenset(os.sched_getaffinity(0)) == client
+        # With one core only there is nowhere else to go: the client shares it.
+        assert client == ((mine - engine) or mine)
+    assert frozenset(os.sched_getaffinity(0)) == mine
+    with keep_off(frozenset()) as unbound:
+        assert unbound == mine
+
+
+def test_contention_counts_only_processes_allowed_on_the_engine_cores(monkeypatch):
+    def sample(pid, name, cpu_s):
+        return ProcSample(pid, name, cpu_s, ppid=1, pgid=pid)
+
+    before = HostSnapshot(0.0, {10: sample(10, "hog-a", 0.0), 11: sample(11, "hog-b", 0.0)}, 0.0)
+    after = HostSnapshot(10.0, {10: sample(10, "hog-a", 9.0), 11: sample(11, "hog-b", 4.0)}, 13.0)
+    allowed = {10: frozenset({0}), 11: frozenset({1})}
+    monkeypatch.setattr(contention, "allowed_cpus", allowed.get)
+    monkeypatch.setattr(contention, "other_engines", lambda procs, ours, cores=None: [])
+
+    def ours(pid):
+        return False
+
+    on_core_1 = contention.compare(before, after, ours, 0.10, frozenset({1}))
+    assert on_core_1.cores == 1
+    assert on_core_1.competitors == [("hog-b", 11, 4.0)]
+    assert on_core_1.others_fraction == pytest.approx(0.4)
+    assert on_core_1.flagged
+    whole = contention.compare(before, after, ours, 0.10)
+    assert whole.others_cpu_s == pytest.approx(13.0)
+    assert [c[0] for c in whole.competitors] == ["hog-a", "hog-b"]

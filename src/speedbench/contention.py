@@ -32,7 +32,17 @@ PROC = Path("/proc")
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # Others may use this fraction of the machine (all its cores) before a level is flagged.
 DEFAULT_THRESHOLD = 0.10
-ENGINE_MARKERS = (b"vllm", b"sglang", b"tensorrt_llm", b"trtllm-serve", b"llama-server")
+# How an engine's server process shows in its command line: the server module or executable,
+# or vLLM's renamed engine-core process. Not a bare "vllm": a test run of test_vllm_*.py is not one.
+ENGINE_MARKERS = (
+    b"vllm.entrypoints",
+    b"vllm\0serve",
+    b"VLLM::",
+    b"sglang.launch_server",
+    b"tensorrt_llm.commands.serve",
+    b"trtllm-serve",
+    b"llama-server",
+)
 
 
 @dataclass(frozen=True)
@@ -114,6 +124,11 @@ def in_container(pid: int, container_id: str) -> bool:
         return False
 
 
+def is_engine_cmdline(cmdline: bytes) -> bool:
+    """Whether a /proc cmdline (NUL-separated) is an inference engine's server process."""
+    return any(marker in cmdline for marker in ENGINE_MARKERS)
+
+
 def shares_cores(pid: int, cores: frozenset[int] | None) -> bool:
     """Whether ``pid`` may run on any of ``cores`` (always, when cores are not given)."""
     if not cores:
@@ -136,7 +151,7 @@ def other_engines(
             cmd = (PROC / str(pid) / "cmdline").read_bytes()
         except OSError:
             continue
-        if any(marker in cmd for marker in ENGINE_MARKERS):
+        if is_engine_cmdline(cmd):
             found.append(f"{p.name} (pid {pid})")
     return sorted(found)
 

@@ -9,12 +9,16 @@ the results.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
+from speedbench.engines.docker import LABEL
 from speedbench.engines.local import free_port
+from speedbench.host import ENGINE_CPUS_ENV
 from speedbench.models import make_world_readable, provision
 from speedbench.synthetic import SyntheticOptions, serve_in_subprocess
 
@@ -103,6 +107,28 @@ def group_members(pgid: int) -> list[int]:
         if fields[0] != "Z" and int(fields[2]) == pgid:
             members.append(int(proc.name))
     return members
+
+
+def our_containers() -> list[str]:
+    """Speedbench containers of this test worker: those on its engine cores (all when unbound).
+
+    Parallel workers share the one dockerd; each binds its engines to its own core
+    (tests/conftest.py), and so do its containers (their cpuset).
+    """
+    import docker
+
+    mine = os.environ.get(ENGINE_CPUS_ENV) or ""
+    client = docker.DockerClient(base_url="unix:///var/run/docker.sock")
+    names = []
+    try:
+        for container in client.containers.list(all=True, filters={"label": LABEL}):
+            with contextlib.suppress(docker.errors.NotFound):
+                host = client.api.inspect_container(container.id)["HostConfig"]
+                if (host.get("CpusetCpus") or "") == mine:
+                    names.append(container.name)
+    finally:
+        client.close()
+    return names
 
 
 # First prompt token id -> fault, as the fault tests send them.

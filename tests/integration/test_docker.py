@@ -7,6 +7,7 @@ on this GPU-less host, a crashing engine and a Ctrl-C must each leave no speedbe
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -14,14 +15,17 @@ import textwrap
 import time
 
 import pytest
+from tests.integration.conftest import our_containers
 
 from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import SpecConfig
 from speedbench.engines.base import EngineError
-from speedbench.engines.docker import launch_docker, leftover_containers
+from speedbench.engines.docker import launch_docker
 from speedbench.engines.local import free_port
+from speedbench.host import ENGINE_CPUS_ENV
 from speedbench.level import cpu_vllm_engine
 from speedbench.records import read_parquet
+from speedbench.results import LevelMetrics
 from speedbench.sweep import SweepHooks, run_grid
 from speedbench.tokenize import PromptTokenizer
 
@@ -32,10 +36,10 @@ PROMPTS = ["Write a haiku about the sea.", "Name three sorting algorithms."]
 
 
 @pytest.fixture(autouse=True)
-def no_leftover_containers():
-    assert leftover_containers() == []
+def no_our_containers():
+    assert our_containers() == []
     yield
-    assert leftover_containers() == []
+    assert our_containers() == []
 
 
 def docker_engine(model, **overrides):
@@ -62,7 +66,7 @@ def both_launchers(tiny_pair, tmp_path_factory):
 
         class SeeContainers(SweepHooks):
             def level_done(self, point, level, row, n=name):
-                results.setdefault(f"{n}-containers", leftover_containers())
+                results.setdefault(f"{n}-containers", our_containers())
 
         summary = run_grid(
             engine,
@@ -79,6 +83,8 @@ def both_launchers(tiny_pair, tmp_path_factory):
         level_dir = out / name / spec.label / "hello" / "bs2"
         results[f"{name}-records"] = read_parquet(level_dir / "records.parquet")
     results["log"] = (out / "docker" / spec.label / "engine.log").read_text()
+    metrics = out / "docker" / spec.label / "hello" / "bs2" / "metrics.json"
+    results["docker-host"] = LevelMetrics.read(metrics).host
     return results
 
 
@@ -101,7 +107,13 @@ def test_the_container_was_labelled_and_logged(both_launchers):
     (name,) = both_launchers["docker-containers"]
     assert name.startswith("speedbench-vllm-draft_model-k3-")
     log = both_launchers["log"]
-    assert log.startswith(f"$ docker run {IMAGE} python3 -m vllm.entrypoints.openai.api_server")
+    # Bound to this test process's engine core (tests/conftest.py): the cpuset, and the level's
+    # host figures say so.
+    cpus = os.environ[ENGINE_CPUS_ENV]
+    assert log.startswith(
+        f"$ docker run --cpuset-cpus {cpus} {IMAGE} python3 -m vllm.entrypoints.openai.api_server"
+    )
+    assert both_launchers["docker-host"].engine_cpus == cpus
     assert "--model /models/target" in log and '"model": "/models/draft"' in log
     assert "Application startup complete" in log
     # Stopped (SIGTERM) and drained before removal, so the shutdown is in the log too.
@@ -141,7 +153,7 @@ def test_ctrl_c_while_starting_removes_the_container(tiny_pair, tmp_path):
     )
     proc = subprocess.Popen([sys.executable, "-c", script])
     deadline = time.monotonic() + 120
-    while not leftover_containers():
+    while not our_containers():
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tests.integration.conftest import our_containers
 
 from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import EngineConfig, SpecConfig
@@ -27,7 +28,6 @@ from speedbench.engines.docker import (
     FILES_MOUNT,
     docker_client,
     launch_files_archive,
-    leftover_containers,
 )
 from speedbench.engines.local import free_port
 from speedbench.level import cpu_vllm_engine
@@ -103,10 +103,10 @@ def ssh_host(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def no_leftover_containers():
-    assert leftover_containers() == []
+def no_our_containers():
+    assert our_containers() == []
     yield
-    assert leftover_containers() == []
+    assert our_containers() == []
 
 
 def test_the_ssh_host_is_the_same_daemon(ssh_host):

@@ -159,7 +159,12 @@ def test_ctrl_c_then_resume_runs_each_configuration_once(tiny_pair, tmp_path):
     }
     path = tmp_path / "sweep.yaml"
     path.write_text(yaml.safe_dump(config))
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
+    # A fresh Prefect home migrates its database at the first start: slow on a busy 2-core host.
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "600",
+    }
     env.pop("PREFECT_API_URL", None)
     cmd = [sys.executable, "-m", "flows.sweep", "--config", str(path)]
     second_engine_log = tmp_path / "out" / "resume" / "ngram-k3" / "engine.log"

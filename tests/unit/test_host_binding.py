@@ -101,3 +101,19 @@ def test_contention_counts_only_processes_allowed_on_the_engine_cores(monkeypatc
     whole = contention.compare(before, after, ours, 0.10)
     assert whole.others_cpu_s == pytest.approx(13.0)
     assert [c[0] for c in whole.competitors] == ["hog-a", "hog-b"]
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "engine"),
+    [
+        (b"/e/bin/python\0-m\0vllm.entrypoints.openai.api_server\0--port\0800", True),
+        (b"VLLM::EngineCore\0", True),
+        (b"/usr/bin/vllm\0serve\0Qwen/Qwen2.5-7B", True),
+        (b"python3\0-m\0sglang.launch_server\0--model-path\0/m", True),
+        (b"/opt/llama/bin/llama-server\0-m\0/m.gguf", True),
+        (b"python\0-m\0pytest\0tests/integration/test_vllm_qwen.py", False),
+        (b"timeout\01200\0python\0-m\0pytest\0test_vllm_exact.py", False),
+    ],
+)
+def test_engine_processes_are_told_by_their_server_not_by_a_mention(cmdline, engine):
+    assert contention.is_engine_cmdline(cmdline) is engine

@@ -22,6 +22,8 @@ SpecMethod = Literal["none", "ngram", "draft_model", "eagle", "eagle3", "mtp", "
 EngineKind = Literal["vllm", "sglang", "trtllm"]
 LauncherKind = Literal["local", "docker", "external"]
 DType = Literal["auto", "float32", "bfloat16", "float16"]
+# What happens to the engine's prefix (KV block reuse) cache between levels.
+PrefixCache = Literal["reset", "keep", "off"]
 
 SPEC_METHODS: tuple[str, ...] = get_args(SpecMethod)
 ENGINE_KINDS: tuple[str, ...] = get_args(EngineKind)
@@ -144,6 +146,12 @@ class EngineConfig(StrictModel):
     extra_args: list[str] = Field(default_factory=list, description="Extra engine CLI arguments.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra engine environment.")
     startup_timeout_s: float = Field(default=900.0, gt=0, description="Health wait limit.")
+    prefix_cache: PrefixCache = Field(
+        default="reset",
+        description="reset: emptied before every level, so no level's prefill is served from "
+        "an earlier one's cache; keep: the engine's default, shared across levels; off: "
+        "disabled at launch.",
+    )
 
     @field_validator("cpus")
     @classmethod
@@ -219,7 +227,19 @@ class SweepConfig(StrictModel):
     )
     limit: int | None = Field(default=None, ge=1, description="At most N prompts per split.")
     multiturn: bool = Field(default=False, description="Send every turn of multi-turn prompts.")
-    output_len: int = Field(default=96, ge=1, le=65536, description="Tokens generated a request.")
+    output_len: int = Field(
+        default=96, ge=1, le=65536, description="Tokens generated a request (the cap, at EOS)."
+    )
+    stop_at_eos: bool = Field(
+        default=False,
+        description="SPEED-Bench's protocol: a request ends when the model ends its answer (EOS), "
+        "up to output_len tokens. Off: ignore_eos, every request exactly output_len tokens, as "
+        "serving benchmarks do.",
+    )
+    prefix_cache: PrefixCache = Field(
+        default="reset",
+        description="Engine prefix cache: reset before every level, keep (engine default) or off.",
+    )
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature.")
     seed: int = Field(default=0, description="Seed for sampling and prompt order.")
     client_workers: int = Field(

@@ -22,7 +22,7 @@ from typing import Any
 
 from speedbench import contention
 from speedbench.client.loadgen import LoadSettings, WorkItem
-from speedbench.client.run import run_load
+from speedbench.client.run import reset_prefix_cache, run_load
 from speedbench.config import EngineConfig
 from speedbench.engines.base import EngineError
 from speedbench.engines.docker import remote_host
@@ -133,6 +133,9 @@ def measure_level(
     jsonl.unlink(missing_ok=True)
     if settings.strict_host:
         refuse_busy_host(running, settings)
+    cache_mode = running.adapter.prefix_cache_mode(running.engine)
+    if cache_mode == "reset":
+        reset_prefix_cache(running.engine, running.adapter)
     engine_cores = engine_cores_here(running.engine)
     with keep_off(engine_cores) as client_cores:
         before = contention.snapshot()
@@ -160,6 +163,7 @@ def measure_level(
         server_al=result.extras.get("server_al"),  # type: ignore[arg-type]
     )
     figures["client"] = result.extras.get("client")
+    figures["prefix_cache"] = {"mode": cache_mode, **(result.extras.get("prefix_cache") or {})}
     figures["host"] = {
         **host.as_dict(),
         "engine_cpus": format_cpu_list(engine_cores) if engine_cores else None,

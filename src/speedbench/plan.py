@@ -100,6 +100,7 @@ def engine_config(sweep: SweepConfig, target: str) -> EngineConfig:
         "image": sweep.image,
         "docker_host": sweep.docker_host,
         "gpus": sweep.gpus,
+        "prefix_cache": sweep.prefix_cache,
     }
     if sweep.engine == "vllm" and sweep.launcher != "external" and sweep.gpus is None:
         return cpu_vllm_engine(target, **{**where, "dtype": resolve_dtype(sweep.dtype)})
@@ -110,6 +111,7 @@ def load_settings(sweep: SweepConfig) -> LoadSettings:
     """Load settings shared by every level of the sweep."""
     return LoadSettings(
         max_tokens=sweep.output_len,
+        ignore_eos=not sweep.stop_at_eos,
         temperature=sweep.temperature,
         seed=sweep.seed,
         workers=sweep.client_workers,
@@ -144,6 +146,10 @@ def config_identity(
     # Only when set, so the identities (and MLflow resume keys) of earlier sweeps still match.
     if sweep.categories:
         identity["categories"] = sorted(sweep.categories)
+    if sweep.stop_at_eos:
+        identity["stop_at_eos"] = True
+    if engine.prefix_cache != "keep":  # earlier sweeps kept the cache
+        identity["prefix_cache"] = engine.prefix_cache
     if sweep.prompt_file:
         identity["prompt_file"] = dataset_revision(split, prompt_file=sweep.prompt_file)
     return identity

@@ -174,6 +174,20 @@ class HostFigures(Result):
     client_cpus: str | None = None
 
 
+class PrefixCacheFigures(Result):
+    """The engine's prefix cache over a level: what applied, and what the engine reported.
+
+    ``mode`` is ``reset`` (emptied before the level), ``keep`` or ``off``. The token counts are
+    the engine's own counters over the level (vLLM's ``prefix_cache_queries``/``hits``), absent
+    where the engine does not report them; with ``reset``, hits come only from prompts within
+    the level sharing a prefix (turns of one conversation, a common system prompt).
+    """
+
+    mode: str
+    query_tokens: float | None = None
+    hit_tokens: float | None = None
+
+
 class LevelMetrics(Result):
     """Everything measured at one level: one SD config, one split, one batch size."""
 
@@ -181,6 +195,7 @@ class LevelMetrics(Result):
     per_category: dict[str, CategoryFigures]
     client: dict[str, Any] | None = None
     host: HostFigures | None = None
+    prefix_cache: PrefixCacheFigures | None = None
     failed: str | None = None
     config: dict[str, Any] = Field(default_factory=dict)
 
@@ -510,6 +525,8 @@ def tracking_scalars(metrics: LevelMetrics) -> tuple[dict[str, float], dict[str,
         scalars["host_others_cpu_fraction"] = host.others_fraction
         scalars["host_load_1m"] = host.load_1m
         scalars["host_flagged"] = float(host.flagged)
+    if (cache := metrics.prefix_cache) and cache.hit_tokens is not None:
+        scalars["prefix_cache_hit_tokens"] = cache.hit_tokens
     for cat, entry in metrics.per_category.items():
         if entry.acceptance_stream:
             scalars[f"{CATEGORY_NAMESPACE}/{cat}/al_stream"] = (

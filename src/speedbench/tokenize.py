@@ -112,8 +112,8 @@ class PromptTokenizer:
     def answer_text(self, ids: Sequence[int]) -> str:
         """The model's answer as text, cut at its first end-of-turn token.
 
-        Runs use ``ignore_eos`` so every request has the same length; what the model generated
-        after its own end of turn is not part of its answer and must not enter turn 2.
+        A run with ``ignore_eos`` (a fixed output length) generates past the model's own end
+        of turn; that text is not part of its answer and must not enter turn 2.
         """
         stop = self.stop_ids
         cut = next((i for i, t in enumerate(ids) if t in stop), len(ids))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import textwrap
 
@@ -15,7 +16,9 @@ from speedbench.data.prompts import mtbench_prompts
 from speedbench.engines.local import free_port, launch_local
 from speedbench.level import cpu_vllm_engine, validate_items
 from speedbench.metrics.acceptance import acceptance_from_counters
+from speedbench.metrics.lossless import lossless_check
 from speedbench.metrics.summary import request_steps, stream_acceptance
+from speedbench.metrics.views import speed_bench_view
 from speedbench.tokenize import PromptTokenizer, TokenizationError
 
 pytestmark = pytest.mark.integration
@@ -33,6 +36,10 @@ def code_prompts() -> list[WorkItem]:
         WorkItem(f"copy-{i}", "code", (f"Repeat this Python code exactly:\n```python\n{src}```",))
         for i, src in enumerate(sources)
     ]
+
+
+EOS_CAP = 64
+SHORT = [WorkItem("short", "qa", ("Answer with one word: what is the capital of France?",))]
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +62,9 @@ def qwen_runs(qwen_small, tmp_path_factory):
                 name: run_load(engine, spec, running.adapter, items, settings, tok)
                 for name, items in workloads.items()
             }
+            # SPEED-Bench's protocol: the request ends where the model ends its answer.
+            at_eos = dataclasses.replace(settings, ignore_eos=False, max_tokens=EOS_CAP)
+            runs[spec.label]["eos"] = run_load(engine, spec, running.adapter, SHORT, at_eos, tok)
             if spec.method == "none":
                 # An out-of-vocabulary id sent anyway: the engine's refusal becomes a record error.
                 oov = WorkItem("oov", "bad", prompt_ids=(9707, 10**7))
@@ -155,3 +165,22 @@ def test_ngram_engine_view_matches_the_stream_step_by_step(qwen_runs):
     engine_v, counters_v = engine_view(result.records, K), counters_view(result.counters, K)
     assert engine_v.al_token_weighted == pytest.approx(counters_v.al_token_weighted, rel=1e-12)
     assert engine_v.conditional_ar == pytest.approx(counters_v.conditional_ar, rel=1e-12)
+
+
+def test_an_answer_that_ends_at_eos_is_an_ordinary_shorter_record(qwen_runs):
+    runs, _, tok = qwen_runs
+    by_config = {label: runs[label]["eos"].records for label in ("none", NGRAM.label)}
+    for records in by_config.values():
+        (r,) = records
+        assert r.ok and r.finish_reason == "stop"
+        assert 1 < r.output_tokens < EOS_CAP
+        assert r.output_tokens == len(r.output_token_ids) == sum(r.chunk_tokens)
+        assert r.output_token_ids[-1] in tok.stop_ids  # the engine's own end of the answer
+        assert "paris" in tok.answer_text(r.output_token_ids).lower()
+    check = lossless_check(by_config[NGRAM.label], by_config["none"])
+    assert (check.compared, check.matched) == (1, 1)
+    (sd,) = by_config[NGRAM.label]
+    # SPEED-Bench's view of one request: every chunk a step, the prefill chunk included.
+    view = speed_bench_view([sd], K)
+    assert view.num_tokens == sd.output_tokens and view.num_steps == len(sd.chunk_tokens)
+    assert view.al_request_mean == pytest.approx(sd.output_tokens / len(sd.chunk_tokens))

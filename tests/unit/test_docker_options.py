@@ -54,7 +54,8 @@ def test_create_call_mounts_models_binds_loopback_and_drops_privileges(tmp_path)
     assert opts["device_requests"][0]["Count"] == -1
     assert opts["cap_drop"] == ["ALL"] and opts["security_opt"] == ["no-new-privileges"]
     assert "privileged" not in opts and "user" not in opts  # the image's unprivileged user
-    assert opts["environment"] == {"HF_TOKEN": "hf_x"}
+    # The prefix-cache reset between levels is a development endpoint of vLLM's.
+    assert opts["environment"] == {"VLLM_SERVER_DEV_MODE": "1", "HF_TOKEN": "hf_x"}
     assert opts["labels"] == {"speedbench": "1", "speedbench.config": "draft_model-k3"}
 
 
@@ -109,5 +110,6 @@ def test_a_bound_engine_gets_a_cpuset_and_bound_openmp_threads():
         "OMP_NUM_THREADS": "1",
         "OMP_PLACES": "{2,3}",
         "OMP_PROC_BIND": "true",
+        "VLLM_SERVER_DEV_MODE": "1",
     }
     assert "cpuset_cpus" not in container_options(EngineConfig(model="m"), SpecConfig())

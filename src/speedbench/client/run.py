@@ -8,6 +8,7 @@ generator's request loop.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from speedbench.client.loadgen import (
 )
 from speedbench.client.multiproc import run_multiprocess
 from speedbench.config import EngineConfig, SpecConfig
-from speedbench.engines.base import EngineAdapter
+from speedbench.engines.base import EngineAdapter, EngineError
 from speedbench.metrics.acceptance import SpecCounters
 from speedbench.records import RequestRecord
 from speedbench.tokenize import PromptTokenizer
@@ -46,6 +47,48 @@ def server_acceptance_length(adapter: EngineAdapter, metrics_text: str | None) -
         return adapter.server_acceptance_length(metrics_text)
     except ValueError:  # a server-info page this adapter does not understand is no AL
         return None
+
+
+def reset_prefix_cache(engine: EngineConfig, adapter: EngineAdapter, tries: int = 5) -> None:
+    """Empty the engine's prefix cache (its reset endpoint), retrying while blocks are held.
+
+    Raises:
+        EngineError: The engine has no such endpoint (a server started without it) or refused.
+    """
+    url = engine.base_url + str(adapter.reset_cache_path)
+    for attempt in range(tries):
+        try:
+            resp = httpx.post(url, timeout=30.0)
+        except httpx.TransportError as exc:
+            raise EngineError(f"prefix-cache reset at {url} failed: {exc}") from None
+        if resp.status_code == 404:
+            raise EngineError(
+                f"the engine at {engine.base_url} has no {adapter.reset_cache_path} (vLLM serves "
+                "it with VLLM_SERVER_DEV_MODE=1); set prefix_cache to keep or off"
+            )
+        if resp.status_code != 200:
+            raise EngineError(f"prefix-cache reset at {url}: HTTP {resp.status_code}")
+        body = (
+            resp.json()
+            if resp.headers.get("content-type", "").startswith("application/json")
+            else {}
+        )
+        if body.get("success", True):
+            return
+        time.sleep(0.2 * (attempt + 1))  # vLLM refuses while a request still holds blocks
+    raise EngineError(f"prefix-cache reset at {url} still refused after {tries} tries")
+
+
+def prefix_cache_delta(
+    adapter: EngineAdapter, before: str | None, after: str | None
+) -> dict[str, float] | None:
+    """Prefix-cache tokens queried and hit between two metrics pages (None: not reported)."""
+    if before is None or after is None:
+        return None
+    then, now = adapter.parse_prefix_cache(before), adapter.parse_prefix_cache(after)
+    if then is None or now is None:
+        return None
+    return {"query_tokens": now[0] - then[0], "hit_tokens": now[1] - then[1]}
 
 
 def counter_delta(
@@ -92,6 +135,8 @@ def run_load(
     after_text = scrape_metrics(engine, adapter)
     after = adapter.parse_counters(after_text) if after_text is not None else None
     result.counters = counter_delta(adapter, before, after)
+    if (cache := prefix_cache_delta(adapter, before_text, after_text)) is not None:
+        result.extras["prefix_cache"] = cache
     if (server_al := server_acceptance_length(adapter, after_text)) is not None:
         result.extras["server_al"] = server_al
     return result

@@ -95,6 +95,8 @@ class EngineAdapter(Protocol):
     # Whether reading the metrics endpoint resets the SD counters (TensorRT-LLM's per-iteration
     # stats): then the read after a level is the level's delta, not a cumulative total.
     counters_reset_on_read: bool = False
+    # POST here empties the engine's prefix cache between levels (None: the engine has none).
+    reset_cache_path: str | None = None
 
     def launch_files(self, engine: EngineConfig, spec: SpecConfig) -> dict[str, str]:
         """Files the server needs at launch (name -> text), e.g. an options YAML; none here."""
@@ -102,6 +104,24 @@ class EngineAdapter(Protocol):
 
     def server_acceptance_length(self, metrics_text: str) -> float | None:
         """The server's own running AL from its metrics page, where it states one."""
+        return None
+
+    def server_env(self, engine: EngineConfig) -> dict[str, str]:
+        """Environment the server needs for this engine config (before ``engine.env``)."""
+        return {}
+
+    def prefix_cache_mode(self, engine: EngineConfig) -> str:
+        """What this engine does with ``engine.prefix_cache``: reset, keep or off.
+
+        An engine without a reset endpoint turns ``reset`` into ``off`` (no level can reuse
+        another's prefill either way); the level records the mode that applied.
+        """
+        if engine.prefix_cache == "reset" and self.reset_cache_path is None:
+            return "off"
+        return engine.prefix_cache
+
+    def parse_prefix_cache(self, metrics_text: str) -> tuple[float, float] | None:
+        """Cumulative prefix-cache (queried, hit) tokens on the metrics page, where it has them."""
         return None
 
     def server_args(self, engine: EngineConfig, spec: SpecConfig) -> list[str]:

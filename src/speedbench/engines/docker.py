@@ -148,6 +148,7 @@ def container_options(engine: EngineConfig, spec: SpecConfig) -> dict[str, Any]:
         "command": command,
         "environment": {
             **(openmp_binding_env(engine.cpu_ids) if engine.cpus else {}),
+            **adapter.server_env(engine),
             **engine.env,
         },
         "ports": {f"{image_spec.port}/tcp": (engine.host, engine.port)},

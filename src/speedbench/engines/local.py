@@ -97,7 +97,8 @@ def launch_local(
         check_cpus_here(cpus)
     except ValueError as exc:
         raise EngineError(str(exc)) from None
-    env = {**os.environ, **(openmp_binding_env(cpus) if cpus else {}), **engine.env}
+    binding = openmp_binding_env(cpus) if cpus else {}
+    env = {**os.environ, **binding, **adapter.server_env(engine), **engine.env}
     with log_path.open("wb") as log:
         log.write(("$ " + " ".join(redact_args(cmd)) + "\n").encode())
         if cpus:

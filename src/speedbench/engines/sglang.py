@@ -82,6 +82,8 @@ class SGLangAdapter(EngineAdapter):
     health_path = "/health"
     metrics_path = "/get_server_info"
     generate_path = "/generate"
+    # python/sglang/srt/mem_cache/flush_cache.py posts here; it empties the radix cache.
+    reset_cache_path = "/flush_cache"
 
     def server_args(self, engine: EngineConfig, spec: SpecConfig) -> list[str]:
         """Arguments for ``python -m sglang.launch_server``."""
@@ -103,6 +105,8 @@ class SGLangAdapter(EngineAdapter):
             args += ["--context-length", str(engine.max_model_len)]
         if engine.max_num_seqs:
             args += ["--max-running-requests", str(engine.max_num_seqs)]
+        if self.prefix_cache_mode(engine) == "off":
+            args.append("--disable-radix-cache")
         return args + speculative_args(spec) + list(engine.extra_args)
 
     def request_body(

@@ -53,6 +53,10 @@ def llm_api_options(engine: EngineConfig, spec: SpecConfig) -> dict[str, Any]:
     options: dict[str, Any] = {"enable_iter_perf_stats": True}
     if engine.max_num_seqs:
         options["max_batch_size"] = engine.max_num_seqs
+    # No reset endpoint is known for trtllm-serve, so "reset" means no block reuse at all
+    # (KvCacheConfig.enable_block_reuse, on by default; TensorRT-LLM's LLM API reference).
+    if engine.prefix_cache != "keep":
+        options["kv_cache_config"] = {"enable_block_reuse": False}
     if not spec.is_speculative:
         return options
     if spec.method not in TRTLLM_DECODING:

@@ -67,6 +67,9 @@ class VLLMAdapter(EngineAdapter):
     metrics_path = "/metrics"
     generate_path = "/v1/completions"
     served_model_name = "target"
+    # A development endpoint: served only with VLLM_SERVER_DEV_MODE=1 (server_env), vLLM 0.32
+    # vllm/entrypoints/serve/dev/cache/api_router.py.
+    reset_cache_path = "/reset_prefix_cache"
 
     def server_args(self, engine: EngineConfig, spec: SpecConfig) -> list[str]:
         """Arguments for ``python -m vllm.entrypoints.openai.api_server``."""
@@ -90,6 +93,8 @@ class VLLMAdapter(EngineAdapter):
             args += ["--max-model-len", str(engine.max_model_len)]
         if engine.max_num_seqs:
             args += ["--max-num-seqs", str(engine.max_num_seqs)]
+        if self.prefix_cache_mode(engine) == "off":
+            args.append("--no-enable-prefix-caching")
         cfg = speculative_config(spec)
         if cfg is not None:
             args += ["--speculative-config", json.dumps(cfg, sort_keys=True)]
@@ -98,6 +103,28 @@ class VLLMAdapter(EngineAdapter):
             # vllm/config/observability.py).
             args += ["--per-request-spec-decode-metrics", "detailed"]
         return args + list(engine.extra_args)
+
+    def server_env(self, engine: EngineConfig) -> dict[str, str]:
+        """Development mode for ``reset``: it serves the reset endpoint.
+
+        It also serves /collective_rpc and /sleep, so a server in reset mode belongs on loopback
+        or a trusted network.
+        """
+        return {"VLLM_SERVER_DEV_MODE": "1"} if self.prefix_cache_mode(engine) == "reset" else {}
+
+    def parse_prefix_cache(self, metrics_text: str) -> tuple[float, float] | None:
+        """``vllm:prefix_cache_queries_total`` and ``vllm:prefix_cache_hits_total`` (tokens)."""
+        found: dict[str, float] = {}
+        for family in text_string_to_metric_families(metrics_text):
+            for sample in family.samples:
+                if sample.name in (
+                    "vllm:prefix_cache_queries_total",
+                    "vllm:prefix_cache_hits_total",
+                ):
+                    found[sample.name] = found.get(sample.name, 0.0) + sample.value
+        if len(found) < 2:
+            return None
+        return found["vllm:prefix_cache_queries_total"], found["vllm:prefix_cache_hits_total"]
 
     def request_body(
         self,

@@ -18,7 +18,8 @@ where no SGLang can.
 Prompts whose first token id is listed in ``faults`` get a fault instead of a normal answer (HTTP
 500, 429, a truncated or dropped stream, a stall, an error event, a malformed chunk), and ids at
 or above ``vocab_size`` get vLLM's HTTP 400. ``GET /stats`` reports how many streams were open
-at once, which the tests use to check the client's in-flight budget.
+at once, which the tests use to check the client's in-flight budget. The prefix-cache resets of
+both dialects (``POST /reset_prefix_cache``, ``POST /flush_cache``) answer success.
 
 It is a measuring instrument for the client only: it never stands in for an engine in a result.
 Run it with ``speedbench synthetic-server`` or :func:`serve_in_subprocess`.
@@ -202,6 +203,9 @@ class _Connection(asyncio.Protocol):
         elif path == "/reset" and method == "POST":
             self.stats.reset()
             self._json("200 OK", {"reset": True})
+        elif path in ("/reset_prefix_cache", "/flush_cache") and method == "POST":
+            # vLLM's and SGLang's prefix-cache resets; there is no cache here to empty.
+            self._json("200 OK", {"success": True})
         elif path == "/get_server_info":
             steps = self.stats.verify_steps
             al = self.stats.completion_tokens / steps if steps else None

@@ -42,8 +42,13 @@ from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineError, get_engine
 from speedbench.engines.containers import container_spec
 from speedbench.engines.launchers import Launcher, register_launcher
-from speedbench.engines.running import RunningEngine, check_port_free, wait_healthy, warm_up
-from speedbench.host import openmp_binding_env
+from speedbench.engines.running import (
+    RunningEngine,
+    check_port_free,
+    server_environment,
+    wait_healthy,
+    warm_up,
+)
 from speedbench.secrets import redact_args
 
 STOP_GRACE_S = 10  # SIGTERM, then SIGKILL after this many seconds, as `docker stop` does
@@ -146,11 +151,7 @@ def container_options(engine: EngineConfig, spec: SpecConfig) -> dict[str, Any]:
         "image": engine.image or image_spec.image,
         "entrypoint": list(image_spec.entrypoint),
         "command": command,
-        "environment": {
-            **(openmp_binding_env(engine.cpu_ids) if engine.cpus else {}),
-            **adapter.server_env(engine),
-            **engine.env,
-        },
+        "environment": server_environment(engine, adapter),
         "ports": {f"{image_spec.port}/tcp": (engine.host, engine.port)},
         "volumes": volumes,
         "device_requests": device_requests(engine.gpus),

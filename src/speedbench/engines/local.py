@@ -23,10 +23,11 @@ from speedbench.engines.running import (
     check_port_free,
     free_port,
     log_tail,
+    server_environment,
     wait_healthy,
     warm_up,
 )
-from speedbench.host import check_cpus_here, openmp_binding_env
+from speedbench.host import check_cpus_here
 from speedbench.secrets import redact_args
 
 __all__ = ["RunningEngine", "attach_external", "free_port", "launch_local", "log_tail"]
@@ -97,8 +98,7 @@ def launch_local(
         check_cpus_here(cpus)
     except ValueError as exc:
         raise EngineError(str(exc)) from None
-    binding = openmp_binding_env(cpus) if cpus else {}
-    env = {**os.environ, **binding, **adapter.server_env(engine), **engine.env}
+    env = {**os.environ, **server_environment(engine, adapter)}
     with log_path.open("wb") as log:
         log.write(("$ " + " ".join(redact_args(cmd)) + "\n").encode())
         if cpus:

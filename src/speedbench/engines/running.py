@@ -17,6 +17,7 @@ import httpx
 
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineAdapter, EngineError
+from speedbench.host import openmp_binding_env
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -126,3 +127,13 @@ def warm_up(running: RunningEngine, prompt_ids: list[int] | None = None) -> None
         resp = client.post(running.base_url + running.adapter.generate_path, json=body)
         if resp.status_code != 200:
             raise EngineError(f"warm-up request failed: HTTP {resp.status_code}: {resp.text[:200]}")
+
+
+def server_environment(engine: EngineConfig, adapter: EngineAdapter) -> dict[str, str]:
+    """What every launcher adds to the server's environment.
+
+    Lowest precedence first: the core binding's OpenMP settings, the adapter's own needs, then
+    the config's ``env``.
+    """
+    binding = openmp_binding_env(engine.cpu_ids) if engine.cpus else {}
+    return {**binding, **adapter.server_env(engine), **engine.env}

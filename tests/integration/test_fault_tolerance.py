@@ -48,19 +48,21 @@ def config_runs(client: MlflowClient, experiment: str):
 
 
 @pytest.fixture(scope="module")
-def crashed(harness, qwen_small, tmp_path_factory):
+def crashed(harness, tiny_pair, tmp_path_factory):
     from flows.sweep import sweep
 
+    target, draft = tiny_pair
     root = tmp_path_factory.mktemp("crash")
     port = free_port()
     config = SweepConfig(
         name="crash",
-        model=str(qwen_small),
-        methods=["none", "ngram"],
+        model=str(target),
+        draft_model=str(draft),
+        methods=["none", "draft_model"],
         draft_lengths=[3],
         batch_sizes=[1],
         splits=["mtbench"],
-        limit=4,
+        limit=8,
         output_len=32,
         dtype="float32",
         port=port,
@@ -98,7 +100,7 @@ def test_the_killed_configuration_is_failed_with_its_partial_records(crashed):
     ok = [r for r in on_disk if r.ok]
     assert len(ok) >= 2 and all(r.output_tokens == 32 for r in ok)
     assert {r.error_kind for r in on_disk if not r.ok} <= {"connection"}
-    assert len(on_disk) < 8  # the run stopped when the engine went away
+    assert len(on_disk) < 8  # of 8 prompts: the run stopped when the engine went away
 
     _, children = config_runs(client, "crash")
     (none_run,) = [r for r in children if r.data.params["spec.method"] == "none"]
@@ -113,11 +115,11 @@ def test_the_killed_configuration_is_failed_with_its_partial_records(crashed):
 def test_the_next_configuration_still_runs(crashed):
     summary, client, _, _, _ = crashed
     parents, children = config_runs(client, "crash")
-    (ngram_run,) = [r for r in children if r.data.params["spec.method"] == "ngram"]
-    assert ngram_run.info.status == "FINISHED"
-    assert ngram_run.data.metrics["error_rate"] == 0.0
-    assert ngram_run.data.metrics["al_stream"] > 1.0
-    assert [lv.config for lv in summary.levels] == ["ngram-k3"]
+    (sd_run,) = [r for r in children if r.data.params["spec.method"] == "draft_model"]
+    assert sd_run.info.status == "FINISHED"
+    assert sd_run.data.metrics["error_rate"] == 0.0
+    assert sd_run.data.metrics["al_stream"] > 1.0
+    assert [lv.config for lv in summary.levels] == ["draft_model-k3"]
     assert summary.status == "failed"
     (parent,) = parents
     assert parent.info.status == "FAILED"  # a sweep with a failed configuration is not FINISHED

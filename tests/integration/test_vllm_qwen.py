@@ -53,7 +53,7 @@ def qwen_runs(qwen_small, tmp_path_factory):
         "chat": [WorkItem(mt.question_id, "coding", tuple(mt.turns))],
     }
     # 1 prefill token + whole steps of k+1, so no step is cut short by max_tokens.
-    settings = LoadSettings(batch_size=1, max_tokens=1 + 24 * (K + 1), show_progress=False)
+    settings = LoadSettings(batch_size=1, max_tokens=1 + 16 * (K + 1), show_progress=False)
     runs, bad_input = {}, {}
     for spec in (SpecConfig(), NGRAM):
         engine = cpu_vllm_engine(str(qwen_small), port=free_port())

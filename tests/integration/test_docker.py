@@ -1,16 +1,23 @@
 """The Docker launcher against a real dockerd with the locally built vLLM-CPU image.
 
 A draft == target pair (random weights, real Qwen vocabulary) is swept through a container and
-as a local process: the greedy token ids and the acceptance must be the same. A GPU request
-on this GPU-less host, a crashing engine and a Ctrl-C must each leave no speedbench container.
+as a local process: the greedy token ids and the acceptance must be the same. The container is
+started on a "remote" Docker host reached over ssh://, as a GPU host would be: this machine's
+dockerd behind a real sshd on a free loopback port, with keys made for the test (the
+``ssh_host`` fixture), reached through the system ssh client (the docker SDK's
+``use_ssh_client``) with a wrapper named ``ssh`` first on PATH that adds the test's key and
+known-hosts file; the user's ~/.ssh is never touched. A GPU request on this GPU-less host, a
+crashing engine and a Ctrl-C go to the local socket, and must each leave no speedbench container.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
 import sys
+import tarfile
 import textwrap
 import time
 
@@ -18,9 +25,14 @@ import pytest
 from tests.integration.conftest import our_containers
 
 from speedbench.client.loadgen import LoadSettings, WorkItem
-from speedbench.config import SpecConfig
+from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineError
-from speedbench.engines.docker import launch_docker
+from speedbench.engines.docker import (
+    FILES_MOUNT,
+    docker_client,
+    launch_docker,
+    launch_files_archive,
+)
 from speedbench.engines.local import free_port
 from speedbench.host import ENGINE_CPUS_ENV
 from speedbench.level import cpu_vllm_engine
@@ -31,6 +43,7 @@ from speedbench.tokenize import PromptTokenizer
 
 pytestmark = pytest.mark.integration
 IMAGE = "speedbench/vllm-cpu:0.32.0"
+BASE_IMAGE = "speedbench/base:bookworm"
 K = 3
 PROMPTS = ["Write a haiku about the sea.", "Name three sorting algorithms."]
 
@@ -48,8 +61,11 @@ def docker_engine(model, **overrides):
 
 
 @pytest.fixture(scope="module")
-def both_launchers(tiny_pair, tmp_path_factory):
-    """The same one-config sweep (``run_grid``) through a local process and a container."""
+def both_launchers(tiny_pair, ssh_host, tmp_path_factory):
+    """The same one-config sweep (``run_grid``) through a local process and a container.
+
+    The container runs on the ssh:// Docker host.
+    """
     target, draft = tiny_pair
     out = tmp_path_factory.mktemp("sweeps")
     spec = SpecConfig(method="draft_model", num_speculative_tokens=K, draft_model=str(draft))
@@ -61,8 +77,9 @@ def both_launchers(tiny_pair, tmp_path_factory):
     results = {}
     for name, engine in (
         ("local", cpu_vllm_engine(str(target), port=free_port())),
-        ("docker", docker_engine(target)),
+        ("docker", docker_engine(target, docker_host=ssh_host.url)),
     ):
+        logins = ssh_host.logins()
 
         class SeeContainers(SweepHooks):
             def level_done(self, point, level, row, n=name):
@@ -82,9 +99,11 @@ def both_launchers(tiny_pair, tmp_path_factory):
         results[name] = level
         level_dir = out / name / spec.label / "hello" / "bs2"
         results[f"{name}-records"] = read_parquet(level_dir / "records.parquet")
+        results[f"{name}-ssh-logins"] = ssh_host.logins() - logins
     results["log"] = (out / "docker" / spec.label / "engine.log").read_text()
-    metrics = out / "docker" / spec.label / "hello" / "bs2" / "metrics.json"
-    results["docker-host"] = LevelMetrics.read(metrics).host
+    for name in ("local", "docker"):
+        metrics = out / name / spec.label / "hello" / "bs2" / "metrics.json"
+        results[f"{name}-host"] = LevelMetrics.read(metrics).host
     return results
 
 
@@ -104,16 +123,20 @@ def test_docker_and_local_give_the_same_tokens_and_acceptance(both_launchers):
 
 def test_the_container_was_labelled_and_logged(both_launchers):
     assert both_launchers["local-containers"] == []
+    # Only the container went through sshd.
+    assert both_launchers["local-ssh-logins"] == 0 and both_launchers["docker-ssh-logins"] > 0
     (name,) = both_launchers["docker-containers"]
     assert name.startswith("speedbench-vllm-draft_model-k3-")
     log = both_launchers["log"]
-    # Bound to this test process's engine core (tests/conftest.py): the cpuset, and the level's
-    # host figures say so.
+    # Bound to this test process's engine core (tests/conftest.py): the cpuset says so.
     cpus = os.environ[ENGINE_CPUS_ENV]
     assert log.startswith(
         f"$ docker run --cpuset-cpus {cpus} {IMAGE} python3 -m vllm.entrypoints.openai.api_server"
     )
-    assert both_launchers["docker-host"].engine_cpus == cpus
+    # The level's host figures name the engine's cores where it runs on this host; the cores of
+    # a Docker host reached over ssh:// are another machine's, as far as speedbench can tell.
+    assert both_launchers["local-host"].engine_cpus == cpus
+    assert both_launchers["docker-host"].engine_cpus is None
     assert "--model /models/target" in log and '"model": "/models/draft"' in log
     assert "Application startup complete" in log
     # Stopped (SIGTERM) and drained before removal, so the shutdown is in the log too.
@@ -158,3 +181,38 @@ def test_ctrl_c_while_starting_removes_the_container(tiny_pair, tmp_path):
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) != 0
+
+
+def test_the_ssh_host_is_the_same_daemon(ssh_host):
+    remote = docker_client(EngineConfig(model="-", docker_host=ssh_host.url))
+    local = docker_client(EngineConfig(model="-"))
+    try:
+        assert remote.info()["ID"] == local.info()["ID"]
+        assert ssh_host.logins() >= 1  # it really went through sshd
+        assert IMAGE in {tag for image in remote.images.list() for tag in image.tags}
+    finally:
+        remote.close(), local.close()
+
+
+def test_launch_files_reach_the_container_over_ssh_readable_by_its_user(ssh_host):
+    """TensorRT-LLM's options YAML travels this way: copied in, not bind-mounted."""
+    client = docker_client(EngineConfig(model="-", docker_host=ssh_host.url))
+    text = "speculative_config:\n  decoding_type: Eagle\n  max_draft_len: 3\n"
+    container = client.containers.create(
+        BASE_IMAGE,
+        ["cat", f"{FILES_MOUNT}/extra_llm_api_options.yaml"],
+        user="65534:65534",
+        labels={"speedbench": "1"},
+    )
+    try:
+        container.put_archive("/", launch_files_archive({"extra_llm_api_options.yaml": text}))
+        container.start()
+        assert container.wait(timeout=60)["StatusCode"] == 0
+        assert container.logs().decode() == text
+        stream, _ = container.get_archive(f"{FILES_MOUNT}/extra_llm_api_options.yaml")
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            (member,) = tar.getmembers()
+            assert (member.mode & 0o7777, member.uid) == (0o644, 0)
+    finally:
+        container.remove(force=True)
+        client.close()

@@ -60,6 +60,28 @@ def test_engine_cores_come_from_the_host_unless_the_config_names_them(monkeypatc
         EngineConfig(model="m", cpus="x")
 
 
+@pytest.mark.parametrize(
+    ("fields", "cores"),
+    [
+        ({}, frozenset({1, 2})),
+        ({"launcher": "docker"}, frozenset({1, 2})),
+        ({"launcher": "docker", "docker_host": "unix:///var/run/docker.sock"}, frozenset({1, 2})),
+        ({"launcher": "docker", "docker_host": "ssh://gpu-7"}, frozenset()),
+        ({"launcher": "docker", "docker_host": "tcp://10.0.0.7:2376"}, frozenset()),
+        ({"launcher": "external"}, frozenset()),
+        ({"cpus": None}, frozenset()),
+    ],
+)
+def test_engine_cores_count_on_this_host_only_where_the_engine_runs_here(
+    monkeypatch, fields, cores
+):
+    from speedbench.level import engine_cores_here
+
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    engine = EngineConfig(model="m", **{"cpus": "1-2", **fields})
+    assert engine_cores_here(engine) == cores
+
+
 def test_openmp_binding_is_one_bound_thread_per_core():
     assert openmp_binding_env((2, 3)) == {
         "OMP_NUM_THREADS": "2",

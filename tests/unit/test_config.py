@@ -1,6 +1,7 @@
 import json
 
 import pytest
+from pydantic import ValidationError
 
 from speedbench.config import (
     SPEC_METHODS,
@@ -247,6 +248,16 @@ def test_cli_methods_none_and_ngram_measure_both():
     # Asking for ngram alone still measures the baseline, so the speedup is defined.
     config = _sweep_args("--methods", "ngram", "--draft-lengths", "3", "4")
     assert [s.label for s in config.spec_configs()] == ["none", "ngram-k3", "ngram-k4"]
+
+
+def test_baseline_false_measures_the_sd_configurations_only():
+    config = SweepConfig(methods=["ngram"], draft_lengths=[3, 4], baseline=False)
+    assert [s.label for s in config.spec_configs()] == ["ngram-k3", "ngram-k4"]
+    message = "baseline is false but methods include none"
+    with pytest.raises(ValidationError, match=message):
+        SweepConfig(methods=["none", "ngram"], draft_lengths=[3], baseline=False)
+    with pytest.raises(ValidationError, match=message):
+        SweepConfig(methods=["none"], draft_lengths=[], baseline=False)
 
 
 def test_cli_flags_are_the_form_fields_each_with_its_help():

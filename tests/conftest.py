@@ -57,7 +57,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Slowest files first (by this checkout's last run, else the hint), tests in file order."""
-    known = {**SECONDS_HINT, **(config.cache.get(CACHE_KEY, {}) if config.cache else {})}
+    cache = getattr(config, "cache", None)  # absent under -p no:cacheprovider
+    known = {**SECONDS_HINT, **(cache.get(CACHE_KEY, {}) if cache else {})}
     order = {
         path: i for i, path in enumerate(dict.fromkeys(i.nodeid.split("::")[0] for i in items))
     }
@@ -92,7 +93,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not _SECONDS:
         return
     seconds, counts = _with_earlier_passes()
-    cache = terminalreporter.config.cache
+    cache = getattr(terminalreporter.config, "cache", None)
     if cache is not None:
         cache.set(CACHE_KEY, {**cache.get(CACHE_KEY, {}), **dict(_SECONDS)})
     total = sum(seconds.values())

@@ -44,6 +44,9 @@ class RequestRecord:
     request (SGLang's ``spec_verify_ct``), where it reports one. ``engine_accepted`` and
     ``engine_drafted`` are the engine's own accepted and proposed draft counts of every drafted
     verify step, in order (vLLM's per-request spec-decode metrics), where it reports them.
+    ``scheduled_s`` is when an open-loop (request-rate) level meant the request to arrive; its
+    latencies count from then, so a wait for a free slot under a concurrency cap is latency.
+    Closed-loop requests have none: they are sent the moment a stream is free.
     """
 
     request_id: str
@@ -69,6 +72,7 @@ class RequestRecord:
     engine_steps: int | None = None
     engine_accepted: list[int] | None = None
     engine_drafted: list[int] | None = None
+    scheduled_s: float | None = None
 
     def fail(self, kind: str, message: str) -> None:
         """Mark the request failed with one of :data:`ERROR_KINDS` and a one-line message."""
@@ -162,7 +166,7 @@ def frame_to_records(frame: pd.DataFrame) -> list[RequestRecord]:
         for key in ("engine_accepted", "engine_drafted"):
             value = row.get(key)
             row[key] = None if value is None else [int(x) for x in list(value)]
-        for key in ("finish_reason", "error", "error_kind", "engine_steps"):
+        for key in ("finish_reason", "error", "error_kind", "engine_steps", "scheduled_s"):
             if row.get(key) is not None and pd.isna(row[key]):
                 row[key] = None
         if row.get("engine_steps") is not None:

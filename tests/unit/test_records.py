@@ -34,3 +34,18 @@ def test_sink_is_durable_and_tolerates_truncated_tail(tmp_path):
     with path.open("a") as fh:
         fh.write('{"request_id": "r2", "prom')  # crash mid-write
     assert [r.request_id for r in read_jsonl(path)] == ["r0", "r1"]
+
+
+def test_open_loop_due_times_round_trip_and_old_files_still_read(tmp_path):
+    import dataclasses
+
+    import pandas as pd
+
+    due = dataclasses.replace(make(2), scheduled_s=0.75)
+    mixed = [make(0), due]  # a closed-loop record (None) beside an open-loop one
+    assert read_parquet(write_parquet(mixed, tmp_path / "m.parquet")) == mixed
+    assert read_parquet(write_parquet([due], tmp_path / "d.parquet")) == [due]
+    # Records written before the field existed read with no due time.
+    old = tmp_path / "old.parquet"
+    pd.read_parquet(write_parquet([make(0)], old)).drop(columns="scheduled_s").to_parquet(old)
+    assert read_parquet(old) == [make(0)]

@@ -1,10 +1,13 @@
-"""Closed-loop load generator: N concurrent streams of token-ID requests, one record per request.
+"""Load generator: token-ID requests in a closed or an open loop, one record per request.
 
-N slots each take the next conversation from a shared claim counter and run its turns back to
-back, so exactly N requests are in flight while work remains (the batch size). Turn ``i+1`` of a
-multi-turn prompt is templated with the model's own answer to turn ``i``. Each slot owns one
-keep-alive connection of :mod:`speedbench.client.http`, whose chunk timestamps are socket read
-times.
+Closed loop (the default, SPEED-Bench's batch-size axis): N slots each take the next
+conversation from a shared claim counter and run its turns back to back, so exactly N requests
+are in flight while work remains (the batch size). Open loop (``LoadSettings.request_rate``):
+conversations arrive on a seeded schedule (:mod:`speedbench.client.arrivals`) whatever the
+server answers, at most ``max_concurrency`` at once if set; each record carries when it was due
+(``scheduled_s``), and its latencies count from then. Turn ``i+1`` of a multi-turn prompt is
+templated with the model's own answer to turn ``i``. Each stream owns one keep-alive connection
+of :mod:`speedbench.client.http`, whose chunk timestamps are socket read times.
 
 Up to about 128 streams one process keeps up; beyond, :mod:`speedbench.client.multiproc` splits the
 slots over worker processes (``LoadSettings.workers``, 0 = chosen from the cores and the batch
@@ -19,15 +22,18 @@ sent (``LoadResult.aborted`` says why).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import math
 import os
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from tqdm.auto import tqdm
 
+from speedbench.client.arrivals import ArrivalProcess, arrival_offsets
 from speedbench.client.http import StreamConnection
 from speedbench.client.request import RetryPolicy, encode_body, stream_one
 from speedbench.client.selfmeasure import WorkerMonitor, client_report
@@ -82,6 +88,16 @@ class LoadSettings:
     max_429_retries: int = 5
     contention_threshold: float = 0.10
     strict_host: bool = False
+    # Open loop: conversations arrive at this mean rate (requests/s) instead of N streams.
+    request_rate: float | None = None
+    arrival: ArrivalProcess = "poisson"
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+
+    @property
+    def open_loop(self) -> bool:
+        """Whether requests arrive on a schedule rather than when a stream frees up."""
+        return self.request_rate is not None
 
 
 @dataclass
@@ -214,10 +230,14 @@ async def drive(
         finally:
             connection.close()
 
-    async def run_item(item: WorkItem, connection: StreamConnection) -> None:
+    async def run_item(
+        item: WorkItem, connection: StreamConnection, due_s: float | None = None
+    ) -> None:
         answers: list[str] = []
         for turn in range(item.num_turns):
             rec = new_record(item, turn, settings, spec)
+            if turn == 0:
+                rec.scheduled_s = due_s  # later turns follow their answer, as a user's would
             if item.prompt_ids is not None:
                 ids = list(item.prompt_ids)
             else:
@@ -254,6 +274,39 @@ async def drive(
             if tokenizer is not None and turn + 1 < item.num_turns:
                 answers.append(tokenizer.answer_text(rec.output_token_ids))
 
+    async def open_loop() -> None:
+        assert settings.request_rate is not None
+        due = arrival_offsets(
+            len(items),
+            settings.request_rate,
+            settings.arrival,
+            settings.burstiness,
+            settings.seed or 0,
+        )
+        cap = asyncio.Semaphore(settings.max_concurrency) if settings.max_concurrency else None
+        idle: list[StreamConnection] = []
+
+        async def arrive(item: WorkItem, due_s: float) -> None:
+            async with cap or contextlib.nullcontext():
+                connection = idle.pop() if idle else StreamConnection(engine.base_url)
+                try:
+                    await run_item(item, connection, due_s)
+                finally:
+                    idle.append(connection)
+
+        t0 = time.perf_counter()
+        arrivals = []
+        while (index := claims.claim()) is not None:
+            if (wait := t0 + due[index] - time.perf_counter()) > 0:
+                await asyncio.sleep(wait)
+            monitor.arrival_lag_ns.append(int((time.perf_counter() - t0 - due[index]) * 1e9))
+            arrivals.append(asyncio.create_task(arrive(items[index], t0 + due[index])))
+        try:
+            await asyncio.gather(*arrivals)
+        finally:
+            for connection in idle:
+                connection.close()
+
     stop = asyncio.Event()
     probe = asyncio.create_task(monitor.probe(stop))
     monitor.start()
@@ -262,7 +315,10 @@ async def drive(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        await asyncio.gather(*(slot() for _ in range(slots)))
+        if settings.open_loop:
+            await open_loop()
+        else:
+            await asyncio.gather(*(slot() for _ in range(slots)))
     finally:
         if collecting:
             gc.enable()
@@ -283,9 +339,12 @@ async def run_in_process(
 ) -> LoadResult:
     """Drive ``items`` at ``settings.batch_size`` concurrent streams from this process."""
     total = sum(it.num_turns for it in items)
+    load = (
+        f"rate={settings.request_rate:g}/s" if settings.open_loop else f"bs={settings.batch_size}"
+    )
     bar = tqdm(
         total=total,
-        desc=f"{spec.label} bs={settings.batch_size}",
+        desc=f"{spec.label} {load}",
         unit="req",
         disable=not settings.show_progress,
     )

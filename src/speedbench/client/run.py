@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 
+from speedbench.client.arrivals import arrival_gaps
 from speedbench.client.loadgen import (
     LoadResult,
     LoadSettings,
@@ -102,6 +103,23 @@ def counter_delta(
     return after - before if before is not None else None
 
 
+def check_open_loop(settings: LoadSettings) -> None:
+    """Refuse an open-loop level that cannot run, before anything is sent.
+
+    Raises:
+        ValueError: A bad rate, arrival process or cap, or more than one client process (the
+            schedule is one clock's; one process sends well past a hundred requests/s).
+    """
+    assert settings.request_rate is not None
+    arrival_gaps(0, settings.request_rate, settings.arrival, settings.burstiness)
+    if settings.max_concurrency is not None and settings.max_concurrency < 1:
+        raise ValueError(f"max_concurrency must be >= 1, got {settings.max_concurrency}")
+    if settings.workers > 1:
+        raise ValueError(
+            f"an open-loop level runs in one client process, got workers={settings.workers}"
+        )
+
+
 def run_load(
     engine: EngineConfig,
     spec: SpecConfig,
@@ -121,7 +139,11 @@ def run_load(
         raise ValueError(f"batch_size must be >= 1, got {settings.batch_size}")
     if any(it.prompt_ids is None for it in items) and tokenizer is None:
         raise ValueError("text prompts need a tokenizer")
-    workers = min(settings.workers or auto_workers(settings.batch_size), settings.batch_size)
+    if settings.open_loop:
+        check_open_loop(settings)
+        workers = 1
+    else:
+        workers = min(settings.workers or auto_workers(settings.batch_size), settings.batch_size)
     before_text = scrape_metrics(engine, adapter)
     before = adapter.parse_counters(before_text) if before_text is not None else None
     if workers == 1:

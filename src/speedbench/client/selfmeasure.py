@@ -40,6 +40,8 @@ class WorkerMonitor:
 
     lag_ns: list[int] = field(default_factory=list)
     delays_ns: list[int] = field(default_factory=list)
+    # Open loop only: how late each request was dispatched after it was due (not a slot wait).
+    arrival_lag_ns: list[int] = field(default_factory=list)
     cpu_s: float = 0.0
     wall_s: float = 0.0
     _cpu0: float = 0.0
@@ -105,7 +107,12 @@ def client_report(monitors: list[WorkerMonitor]) -> dict[str, object]:
         "chunk_delay": delay,
         "cpu_fraction": [round(c, 3) for c in cpu],
     }
+    arrival = _ms_stats([x for m in monitors for x in m.arrival_lag_ns])
+    if arrival is not None:
+        report["arrival_lag"] = arrival
     reasons = []
+    if arrival and arrival["p99_ms"] > LAG_WARN_MS:
+        reasons.append(f"requests were sent p99 {arrival['p99_ms']:.1f} ms after they were due")
     if lag and lag["count"] >= MIN_PROBES and lag["p99_ms"] > LAG_WARN_MS:
         reasons.append(f"event-loop lag p99 {lag['p99_ms']:.1f} ms > {LAG_WARN_MS:g} ms")
     if lag and lag["count"] >= MIN_PROBES and cpu and max(cpu) > CPU_WARN:

@@ -1,8 +1,12 @@
 """Latency and throughput of a set of request records, as pure functions.
 
-Per request: TTFT = first chunk - start; ITL = gaps between consecutive chunks; TPOT =
-(E2E - TTFT) / (output tokens - 1); E2E = end - start. Failed requests count only in the error
-rate: a failure usually ends early, and letting it into the latency statistics would flatter them.
+Per request: TTFT = first chunk - arrival; ITL = gaps between consecutive chunks; TPOT =
+(last chunk - first chunk) / (output tokens - 1); E2E = end - arrival. The arrival is when the
+request was sent in a closed loop, and when it was due in an open loop (``scheduled_s``): there
+a request that waited for a free slot under a concurrency cap waited as its user did, and the
+arrival lag (sent - due) is the client's own delay, reported apart. Failed requests count only
+in the error rate: a failure usually ends early, and letting it into the latency statistics
+would flatter them.
 """
 
 from __future__ import annotations
@@ -18,14 +22,24 @@ from speedbench.records import RequestRecord
 PERCENTILES = (50, 90, 99)
 
 
+def arrival_s(r: RequestRecord) -> float:
+    """When the request arrived: due (open loop) or sent (closed loop)."""
+    return r.start_s if r.scheduled_s is None else r.scheduled_s
+
+
+def arrival_lag_s(r: RequestRecord) -> float:
+    """Sent minus due, for an open-loop request (NaN in a closed loop)."""
+    return float("nan") if r.scheduled_s is None else r.start_s - r.scheduled_s
+
+
 def ttft_s(r: RequestRecord) -> float:
-    """Time to first token (NaN with no chunk)."""
-    return r.chunk_times_s[0] - r.start_s if r.chunk_times_s else float("nan")
+    """Time to first token from the arrival (NaN with no chunk)."""
+    return r.chunk_times_s[0] - arrival_s(r) if r.chunk_times_s else float("nan")
 
 
 def e2e_s(r: RequestRecord) -> float:
-    """End-to-end latency."""
-    return r.end_s - r.start_s
+    """End-to-end latency from the arrival."""
+    return r.end_s - arrival_s(r)
 
 
 def tpot_s(r: RequestRecord) -> float:
@@ -117,7 +131,7 @@ def summarize_load(records: Sequence[RequestRecord]) -> LoadSummary:
     """
     ok = [r for r in records if r.ok]
     n, failed = len(records), len(records) - len(ok)
-    duration = (max(r.end_s for r in records) - min(r.start_s for r in records)) if records else 0.0
+    duration = (max(r.end_s for r in records) - min(map(arrival_s, records))) if records else 0.0
     tokens = sum(r.output_tokens for r in ok)
     tpot = Distribution.of([tpot_s(r) for r in ok])
     return LoadSummary(

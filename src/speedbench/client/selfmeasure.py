@@ -81,7 +81,12 @@ class WorkerMonitor:
         """Read samples written by :meth:`save`."""
         with np.load(path) as data:
             cpu_s, wall_s = data["cpu"].tolist()
-            return cls(data["lag_ns"].tolist(), data["delays_ns"].tolist(), cpu_s, wall_s)
+            return cls(
+                lag_ns=data["lag_ns"].tolist(),
+                delays_ns=data["delays_ns"].tolist(),
+                cpu_s=cpu_s,
+                wall_s=wall_s,
+            )
 
 
 def _ms_stats(samples_ns: list[int]) -> dict[str, float] | None:

@@ -297,7 +297,9 @@ async def drive(
         t0 = time.perf_counter()
         arrivals = []
         while (index := claims.claim()) is not None:
-            if (wait := t0 + due[index] - time.perf_counter()) > 0:
+            # A loop, not one sleep: uvloop's timers count whole milliseconds and can wake a
+            # fraction of one early, and a request must never go out before it is due.
+            while (wait := t0 + due[index] - time.perf_counter()) > 0:
                 await asyncio.sleep(wait)
             monitor.arrival_lag_ns.append(int((time.perf_counter() - t0 - due[index]) * 1e9))
             arrivals.append(asyncio.create_task(arrive(items[index], t0 + due[index])))

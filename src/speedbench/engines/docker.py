@@ -287,6 +287,11 @@ def launch_docker(
             warm_up(running)
         yield running
     finally:
+        if container is None:
+            # A Ctrl-C can land after the daemon created the container and before its id came
+            # back; the name is ours alone, so find it by that.
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                container = client.containers.get(options["name"])
         if container is not None:
             # Stop before removing, so the pump sees the stream end and the log keeps its tail;
             # the removal runs even if a second Ctrl-C cuts the stop short.

@@ -295,8 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
         "sweep",
         help="measure SD configs x batch sizes x splits on an engine (files only, no MLflow)",
         description="The sweep form of the Prefect UI as flags; see SweepConfig. A no-SD "
-        "baseline is always measured, so every SD level has a speedup. Levels already on disk "
-        "with the same settings are kept (use --force to re-measure).",
+        "baseline is measured unless --no-baseline, so every SD level has a speedup. Levels "
+        "already on disk with the same settings are kept (use --force to re-measure).",
     )
     sw.add_argument(
         "--config", default=None, help="YAML or JSON of SweepConfig fields; flags override"

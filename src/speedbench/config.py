@@ -191,7 +191,8 @@ class SweepConfig(StrictModel):
 
     This is the parameter form of the ``sweep`` flow; every field shows in the Prefect UI with
     its description. One engine is launched per SD configuration and reused for all batch sizes
-    and splits; a no-SD baseline is always measured so that speedup is defined.
+    and splits; a no-SD baseline is measured too (unless ``baseline`` is false) so that speedup
+    is defined.
     """
 
     name: str = Field(default="sweep", min_length=1, description="Name of the MLflow parent run.")

@@ -76,15 +76,7 @@ def arrival_offsets(
 ) -> list[float]:
     """Seconds from the level's start at which each of ``n`` requests is due (the first at 0).
 
-    Args:
-        n: Requests in the level.
-        rate: Mean arrival rate in requests per second.
-        process: The distribution of the gaps.
-        burstiness: Shape of the gamma gaps; 1 for Poisson.
-        seed: Seed of the generator.
-
-    Returns:
-        Non-decreasing offsets, ``offsets[0] == 0.0``.
+    The gaps are :func:`arrival_gaps` with the same arguments; the offsets never decrease.
     """
     if n <= 0:
         return []

@@ -299,10 +299,11 @@ async def drive(
         while (index := claims.claim()) is not None:
             # A loop, not one sleep: uvloop's timers count whole milliseconds and can wake a
             # fraction of one early, and a request must never go out before it is due.
-            while (wait := t0 + due[index] - time.perf_counter()) > 0:
+            due_s = t0 + due[index]
+            while (wait := due_s - time.perf_counter()) > 0:
                 await asyncio.sleep(wait)
-            monitor.arrival_lag_ns.append(int((time.perf_counter() - t0 - due[index]) * 1e9))
-            arrivals.append(asyncio.create_task(arrive(items[index], t0 + due[index])))
+            monitor.arrival_lag_ns.append(int((time.perf_counter() - due_s) * 1e9))
+            arrivals.append(asyncio.create_task(arrive(items[index], due_s)))
         try:
             await asyncio.gather(*arrivals)
         finally:

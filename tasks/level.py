@@ -15,7 +15,7 @@ from prefect.cache_policies import NO_CACHE
 from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.engines.running import RunningEngine
 from speedbench.level import LevelResult, measure_level
-from speedbench.results import SummaryRow, tracking_scalars
+from speedbench.results import SummaryRow, load_key, tracking_scalars
 from speedbench.tokenize import PromptTokenizer
 from tasks.tracking import Tracker
 
@@ -28,7 +28,7 @@ def run_level(
     tokenizer: PromptTokenizer | None,
     directory: Path,
 ) -> LevelResult:
-    """Drive ``settings.batch_size`` concurrent streams over ``items``; records land on disk."""
+    """Drive ``items`` at the level's load point (streams or a rate); records land on disk."""
     return measure_level(running, items, settings, tokenizer, directory)
 
 
@@ -49,11 +49,12 @@ def log_level(
     partial records and metrics, the error (quoting the engine log) and the log itself.
     """
     scalars, series = tracking_scalars(level.metrics)
-    if row.speedup is not None:
-        scalars["speedup"] = row.speedup
+    for name in ("speedup", "e2e_speedup"):
+        if (value := getattr(row, name)) is not None:
+            scalars[name] = value
     if row.lossless is not None and row.lossless.match_rate is not None:
         scalars["lossless_match_rate"] = row.lossless.match_rate
-    name = f"{level.label} {level.split} bs{level.batch_size}"
+    name = f"{level.label} {level.split} {load_key(level.batch_size, level.request_rate)}"
     files = [level.directory / "records.parquet", level.directory / "metrics.json"]
     failed = level.failed
     if failed and engine_log is not None:

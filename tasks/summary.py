@@ -21,7 +21,9 @@ def category_table(tracker: Tracker, parent_id: str) -> pd.DataFrame:
         p, m = run.data.params, run.data.metrics
         method = p.get("spec.method", "?")
         label = "none" if method == "none" else f"{method}-k{p.get('spec.num_speculative_tokens')}"
-        column = f"{label} {p.get('split')} bs{p.get('batch_size')}"
+        rate = p.get("load.request_rate")
+        load = f"rate{float(rate):g}" if rate else f"bs{p.get('batch_size')}"
+        column = f"{label} {p.get('split')} {load}"
         for key, value in m.items():
             namespace, _, rest = key.partition("/")
             if namespace == CATEGORY_NAMESPACE and rest.endswith("/al_stream"):

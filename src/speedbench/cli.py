@@ -213,7 +213,7 @@ def add_model_flags(
             kwargs["action"] = argparse.BooleanOptionalAction
         else:
             if is_list:
-                kwargs["nargs"] = "+"
+                kwargs["nargs"] = "*"  # an empty list is a value too (batch sizes)
             if typing.get_origin(inner) is typing.Literal:
                 kwargs["choices"] = list(typing.get_args(inner))
                 kwargs["metavar"] = name.upper()

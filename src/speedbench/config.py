@@ -24,6 +24,8 @@ LauncherKind = Literal["local", "docker", "external"]
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 # What happens to the engine's prefix (KV block reuse) cache between levels.
 PrefixCache = Literal["reset", "keep", "off"]
+# How open-loop (request-rate) arrivals are spaced: see speedbench.client.arrivals.
+ArrivalProcess = Literal["poisson", "gamma", "constant"]
 
 SPEC_METHODS: tuple[str, ...] = get_args(SpecMethod)
 ENGINE_KINDS: tuple[str, ...] = get_args(EngineKind)
@@ -210,7 +212,61 @@ class SweepConfig(StrictModel):
         default=[], description="Draft lengths k to sweep for every SD method."
     )
     batch_sizes: list[int] = Field(
-        default=[1], min_length=1, description="Concurrent streams to sweep."
+        default=[1],
+        description="Closed loop: concurrent streams to sweep, each stream sending its next "
+        "request when its last one ends (SPEED-Bench's batch-size axis).",
+    )
+    request_rates: list[float] = Field(
+        default=[],
+        description="Open loop: request rates (requests/s) to sweep; requests arrive on a "
+        "seeded schedule whatever the server answers, and latency counts from the due time.",
+    )
+    rate_sweep: int = Field(
+        default=0,
+        ge=0,
+        le=64,
+        description="Open loop, as GuideLLM's sweep: this many rates evenly spaced strictly "
+        "between the baseline's request throughput at the smallest and at the largest batch "
+        "size (needs the baseline and two batch sizes), per split.",
+    )
+    arrival: ArrivalProcess = Field(
+        default="poisson",
+        description="Open loop: how arrivals are spaced (poisson; gamma with burstiness; "
+        "constant gaps).",
+    )
+    burstiness: float = Field(
+        default=1.0,
+        gt=0,
+        description="Open loop, gamma arrivals: the shape; < 1 burstier than Poisson, > 1 "
+        "more even (1 is Poisson).",
+    )
+    max_concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        description="Open loop: at most this many requests in flight; a request that waits "
+        "for a slot counts the wait in its latency. None: no cap.",
+    )
+    warmup_requests: int = Field(
+        default=0,
+        ge=0,
+        description="Requests sent before each level at the level's own load shape, kept in "
+        "the records (marked warmup) and left out of every metric.",
+    )
+    repeats: int = Field(
+        default=1,
+        ge=1,
+        le=100,
+        description="Measure each level this many times (same prompts, a fresh order and "
+        "arrival schedule per repeat); metrics get a confidence interval across repeats.",
+    )
+    slo_ttft_s: float | None = Field(
+        default=None, gt=0, description="Goodput objective: time to first token (s)."
+    )
+    slo_tpot_s: float | None = Field(
+        default=None, gt=0, description="Goodput objective: time per output token (s)."
+    )
+    slo_e2e_s: float | None = Field(
+        default=None, gt=0, description="Goodput objective: end-to-end latency (s)."
     )
     splits: list[SplitName] = Field(
         default=["qualitative"], min_length=1, description="Splits to run."
@@ -313,6 +369,7 @@ class SweepConfig(StrictModel):
                 raise ValueError(f"{name} must all be >= 1, got {bad}")
             if len(set(values)) != len(values):
                 raise ValueError(f"{name} has duplicates: {values}")
+        self._check_load_shape()
         for name in ("methods", "splits"):
             values = getattr(self, name)
             if len(set(values)) != len(values):
@@ -333,6 +390,46 @@ class SweepConfig(StrictModel):
         if any(m in METHODS_NEEDING_DRAFT_MODEL for m in self.methods) and not self.draft_model:
             raise ValueError("draft_model is required when methods include a model-based drafter")
         return self
+
+    def _check_load_shape(self) -> None:
+        rates = self.request_rates
+        bad = [r for r in rates if not 0 < r < float("inf")]
+        if bad:
+            raise ValueError(f"request_rates must all be finite and > 0 requests/s, got {bad}")
+        if len(set(rates)) != len(rates):
+            raise ValueError(f"request_rates has duplicates: {rates}")
+        if not (self.batch_sizes or rates or self.rate_sweep):
+            raise ValueError("no load level: give batch_sizes, request_rates or rate_sweep")
+        if self.rate_sweep and (len(self.batch_sizes) < 2 or not self.baseline):
+            raise ValueError(
+                "rate_sweep places rates between the baseline's throughput at the smallest and "
+                "the largest batch size: it needs the baseline and at least two batch_sizes"
+            )
+        open_loop = bool(rates or self.rate_sweep)
+        if not open_loop:
+            set_here = [
+                name
+                for name in ("max_concurrency", "arrival", "burstiness")
+                if name in self.model_fields_set
+            ]
+            if set_here:
+                raise ValueError(
+                    f"{', '.join(set_here)} apply to open-loop levels only; give "
+                    "request_rates or rate_sweep"
+                )
+        if open_loop and self.client_workers > 1:
+            raise ValueError(
+                "an open-loop level runs in one client process (its schedule is one clock's): "
+                f"client_workers must be 0 or 1, got {self.client_workers}"
+            )
+        if self.burstiness != 1.0 and self.arrival != "gamma":
+            raise ValueError(f"burstiness applies to gamma arrivals only, not {self.arrival}")
+
+    @property
+    def objectives(self) -> dict[str, float]:
+        """The goodput objectives that are set, by name (``ttft_s``, ``tpot_s``, ``e2e_s``)."""
+        slos = {"ttft_s": self.slo_ttft_s, "tpot_s": self.slo_tpot_s, "e2e_s": self.slo_e2e_s}
+        return {name: bound for name, bound in slos.items() if bound is not None}
 
     @property
     def split_names(self) -> list[str]:

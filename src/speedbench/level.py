@@ -1,6 +1,7 @@
-"""One level: one SD configuration, one split, one batch size, measured on a running engine.
+"""One level: one SD configuration, one split, one load point, measured on a running engine.
 
-A level's directory (``OUT/<config>/<split>/bs<N>/``) holds:
+A load point is a batch size (closed loop) or a request rate (open loop). A level's directory
+(``OUT/<config>/<split>/bs<N>/`` or ``.../rate<R>/``) holds:
 
     records.jsonl    written per request as it finishes (crash-safe)
     records.parquet  consolidated at the end of the level
@@ -12,8 +13,10 @@ grid; this module knows nothing of grids, MLflow or Prefect.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,16 +24,17 @@ from pathlib import Path
 from typing import Any
 
 from speedbench import contention
-from speedbench.client.loadgen import LoadSettings, WorkItem
+from speedbench.client.loadgen import LoadResult, LoadSettings, WorkItem, engine_gone
 from speedbench.client.run import reset_prefix_cache, run_load
 from speedbench.config import EngineConfig
 from speedbench.engines.base import EngineError
 from speedbench.engines.docker import remote_host
 from speedbench.engines.running import RunningEngine, log_tail
 from speedbench.host import format_cpu_list, keep_off
+from speedbench.metrics.goodput import LatencyObjectives
 from speedbench.metrics.summary import summarize_level
-from speedbench.records import RecordSink, write_parquet
-from speedbench.results import LevelMetrics, finite, write_json
+from speedbench.records import RecordSink, RequestRecord, write_parquet
+from speedbench.results import LevelMetrics, finite, load_key, write_json
 from speedbench.secrets import redacted_engine
 from speedbench.tokenize import PromptTokenizer, check_token_ids
 
@@ -90,6 +94,7 @@ class LevelResult:
     metrics: LevelMetrics
     directory: Path
     split: str = ""
+    request_rate: float | None = None
 
     @property
     def failed(self) -> str | None:
@@ -97,12 +102,15 @@ class LevelResult:
         return self.metrics.failed
 
 
-def load_level(directory: Path, label: str, split: str, batch_size: int) -> LevelResult | None:
+def load_level(
+    directory: Path, label: str, split: str, batch_size: int, request_rate: float | None = None
+) -> LevelResult | None:
     """A level measured earlier, from its ``metrics.json`` (None if it is not on disk)."""
     path = directory / "metrics.json"
     if not path.exists():
         return None
-    return LevelResult(label, batch_size, LevelMetrics.read(path), directory, split=split)
+    metrics = LevelMetrics.read(path)
+    return LevelResult(label, batch_size, metrics, directory, split, request_rate)
 
 
 def validate_items(items: Sequence[WorkItem], vocab_size: int) -> None:
@@ -115,6 +123,61 @@ def validate_items(items: Sequence[WorkItem], vocab_size: int) -> None:
                 raise type(exc)(f"prompt {it.prompt_id}: {exc}") from None
 
 
+def repeat_order(items: Sequence[WorkItem], seed: int | None, repeat: int) -> list[WorkItem]:
+    """The prompts in the order repeat ``repeat`` sends them.
+
+    Repeat 0 keeps the split's own order; each later one a fresh seeded permutation, so no two
+    repeats measure the same queue.
+    """
+    if repeat == 0:
+        return list(items)
+    order = random.Random((seed or 0) * 1_000_003 + repeat).sample(range(len(items)), len(items))
+    return [items[i] for i in order]
+
+
+def warmup_items(items: Sequence[WorkItem], requests: int) -> list[WorkItem]:
+    """The first prompts of the level (cycling if there are too few) that make ``requests``."""
+    out: list[WorkItem] = []
+    sent = 0
+    while items and sent < requests:
+        item = items[len(out) % len(items)]
+        out.append(item)
+        sent += item.num_turns
+    return out
+
+
+def merge_runs(runs: Sequence[LoadResult]) -> LoadResult:
+    """One level's result from its repeats: all records, summed counters and cache traffic."""
+    if len(runs) == 1:
+        return runs[0]
+    counters = None
+    if all(r.counters is not None for r in runs):
+        counters = runs[0].counters
+        for run in runs[1:]:
+            counters = counters + run.counters  # type: ignore[operator]
+    extras: dict[str, object] = {}
+    reports = [r.extras.get("client") for r in runs]
+    if reports[0] is not None:
+        warnings = [rep.get("warning") for rep in reports if isinstance(rep, dict)]
+        extras["client"] = {
+            **reports[0],  # type: ignore[dict-item]
+            "warning": next((w for w in warnings if w), None),
+            "per_repeat": reports,
+        }
+    caches = [r.extras.get("prefix_cache") for r in runs]
+    if all(isinstance(c, dict) for c in caches):
+        extras["prefix_cache"] = {
+            key: sum(c[key] for c in caches)  # type: ignore[index]
+            for key in ("query_tokens", "hit_tokens")
+        }
+    if "server_al" in runs[-1].extras:
+        extras["server_al"] = runs[-1].extras["server_al"]
+    if aborted := next((r.aborted for r in runs if r.aborted), None):
+        extras["aborted"] = aborted
+    records = [rec for run in runs for rec in run.records]
+    return LoadResult(records, counters, sum(r.duration_s for r in runs), extras)
+
+
 def measure_level(
     running: RunningEngine,
     items: Sequence[WorkItem],
@@ -122,11 +185,14 @@ def measure_level(
     tokenizer: PromptTokenizer | None,
     directory: Path,
 ) -> LevelResult:
-    """Run one load level; records are durable as they arrive.
+    """Run one load level, its warm-up first and then each repeat; records land as they arrive.
 
-    The level's records, metrics and client report are written even when the engine died
-    during it; ``metrics.failed`` then says why (quoting the engine log), and the caller
-    decides what a failed level means for the sweep.
+    The warm-up (``settings.warmup_requests``) runs at the level's own load shape, and its
+    records are written marked ``warmup``; the engine's prefix cache, when reset, is reset
+    after it and before every repeat, so no measured request finds its prompt cached by an
+    earlier one. The level's records, metrics and client report are written even when the
+    engine died during it; ``metrics.failed`` then says why (quoting the engine log), and the
+    caller decides what a failed level means for the sweep.
     """
     directory.mkdir(parents=True, exist_ok=True)
     jsonl = directory / "records.jsonl"
@@ -134,33 +200,44 @@ def measure_level(
     if settings.strict_host:
         refuse_busy_host(running, settings)
     cache_mode = running.adapter.prefix_cache_mode(running.engine)
-    if cache_mode == "reset":
-        reset_prefix_cache(running.engine, running.adapter)
     engine_cores = engine_cores_here(running.engine)
-    with keep_off(engine_cores) as client_cores:
+    warm: list[RequestRecord] = []
+    runs: list[LoadResult] = []
+    with keep_off(engine_cores) as client_cores, RecordSink(jsonl) as sink:
+        if settings.warmup_requests:
+            warm = warm_up(running, items, settings, tokenizer, sink.write, directory)
         before = contention.snapshot()
-        with RecordSink(jsonl) as sink:
-            result = run_load(
-                running.engine,
-                running.spec,
-                running.adapter,
-                items,
-                settings,
-                tokenizer,
-                sink.write,
-                parts_dir=directory / "parts",
+        for repeat in range(settings.repeats if not warm_failed(warm) else 0):
+            if cache_mode == "reset":
+                reset_prefix_cache(running.engine, running.adapter)
+            runs.append(
+                run_load(
+                    running.engine,
+                    running.spec,
+                    running.adapter,
+                    repeat_order(items, settings.seed, repeat),
+                    dataclasses.replace(settings, repeat=repeat),
+                    tokenizer,
+                    sink.write,
+                    parts_dir=directory / "parts" / f"r{repeat}",
+                )
             )
+            if runs[-1].aborted:
+                break
         after = contention.snapshot()
+    result = merge_runs(runs) if runs else LoadResult([], None, 0.0, {"aborted": warm_failed(warm)})
     host = contention.compare(
         before, after, engine_ownership(running, {**before.procs, **after.procs}),
         settings.contention_threshold, engine_cores,
     )  # fmt: skip
-    write_parquet(result.records, directory / "records.parquet")
+    write_parquet([*warm, *result.records], directory / "records.parquet")
+    objectives = LatencyObjectives(**settings.objectives) if settings.objectives else None
     figures: dict[str, Any] = summarize_level(
         result.records,
         result.counters,
         running.spec.num_speculative_tokens,
         server_al=result.extras.get("server_al"),  # type: ignore[arg-type]
+        objectives=objectives,
     )
     figures["client"] = result.extras.get("client")
     figures["prefix_cache"] = {"mode": cache_mode, **(result.extras.get("prefix_cache") or {})}
@@ -177,22 +254,75 @@ def measure_level(
         "max_tokens": settings.max_tokens,
         "temperature": settings.temperature,
         "split": settings.split,
+        **load_shape(settings),
     }
     metrics = LevelMetrics.model_validate(finite(figures))
     write_json(directory / "metrics.json", metrics.model_dump(mode="json"))
+    where = f"{running.spec.label} {settings.split} {level_load(settings)}"
     if host.flagged:
-        log.warning(
-            "%s %s bs%d: %s", running.spec.label, settings.split, settings.batch_size,
-            host.warning(),
-        )  # fmt: skip
+        log.warning("%s: %s", where, host.warning())
     warning = (metrics.client or {}).get("warning")
     if warning:
-        log.warning(
-            "%s %s bs%d: %s", running.spec.label, settings.split, settings.batch_size, warning
-        )
+        log.warning("%s: %s", where, warning)
     return LevelResult(
-        running.spec.label, settings.batch_size, metrics, directory, split=settings.split
+        running.spec.label,
+        settings.batch_size,
+        metrics,
+        directory,
+        split=settings.split,
+        request_rate=settings.request_rate,
     )
+
+
+def level_load(settings: LoadSettings) -> str:
+    """The level's load point, as directories and log lines name it (``bs4``, ``rate0.5``)."""
+    return load_key(settings.batch_size, settings.request_rate)
+
+
+def load_shape(settings: LoadSettings) -> dict[str, Any]:
+    """What the level's metrics record of its load beyond the batch size."""
+    shape: dict[str, Any] = {
+        "warmup_requests": settings.warmup_requests,
+        "repeats": settings.repeats,
+    }
+    if settings.open_loop:
+        shape.update(
+            request_rate=settings.request_rate,
+            arrival=settings.arrival,
+            burstiness=settings.burstiness,
+            max_concurrency=settings.max_concurrency,
+        )
+    if settings.objectives:
+        shape["objectives"] = dict(settings.objectives)
+    return shape
+
+
+def warm_up(
+    running: RunningEngine,
+    items: Sequence[WorkItem],
+    settings: LoadSettings,
+    tokenizer: PromptTokenizer | None,
+    on_record: Callable[[RequestRecord], None],
+    directory: Path,
+) -> list[RequestRecord]:
+    """Send the level's warm-up requests at its own load shape; their records, marked."""
+    warm = run_load(
+        running.engine,
+        running.spec,
+        running.adapter,
+        warmup_items(items, settings.warmup_requests),
+        dataclasses.replace(settings, warmup=True, repeat=0),
+        tokenizer,
+        on_record,
+        parts_dir=directory / "parts" / "warmup",
+    )
+    return warm.records
+
+
+def warm_failed(warm: Sequence[RequestRecord]) -> str | None:
+    """Why the level is not measured after its warm-up: the engine stopped answering it."""
+    gone = next((r for r in warm if engine_gone(r)), None)
+    return f"engine unreachable during the warm-up: {gone.error}" if gone is not None else None
 
 
 class HostBusyError(RuntimeError):
@@ -242,14 +372,19 @@ def refuse_busy_host(running: RunningEngine, settings: LoadSettings, probe_s: fl
     )
     if probe.flagged:
         raise HostBusyError(
-            f"not measuring {running.spec.label} {settings.split} at batch size "
-            f"{settings.batch_size} (strict_host): {probe.warning()}"
+            f"not measuring {running.spec.label} {settings.split} {level_load(settings)} "
+            f"(strict_host): {probe.warning()}"
         )
 
 
 def engine_failure(running: RunningEngine, settings: LoadSettings, aborted: str | None) -> str:
     """Why the engine failed during a level ('' if it did not): it exited, or stopped answering."""
-    when = f"while measuring {settings.split} at batch size {settings.batch_size}"
+    load = (
+        f"at {settings.request_rate:g} requests/s"
+        if settings.open_loop
+        else f"at batch size {settings.batch_size}"
+    )
+    when = f"while measuring {settings.split} {load}"
     try:
         check_alive(running, when)
     except EngineError as exc:

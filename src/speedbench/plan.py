@@ -118,13 +118,28 @@ def load_settings(sweep: SweepConfig) -> LoadSettings:
         request_timeout_s=sweep.request_timeout_s,
         contention_threshold=sweep.contention_threshold,
         strict_host=sweep.strict_host,
+        arrival=sweep.arrival,
+        burstiness=sweep.burstiness,
+        max_concurrency=sweep.max_concurrency,
+        warmup_requests=sweep.warmup_requests,
+        repeats=sweep.repeats,
+        objectives=sweep.objectives,
     )
 
 
 def config_identity(
-    sweep: SweepConfig, engine: EngineConfig, spec: SpecConfig, split: str, batch_size: int
+    sweep: SweepConfig,
+    engine: EngineConfig,
+    spec: SpecConfig,
+    split: str,
+    batch_size: int,
+    request_rate: float | None = None,
 ) -> dict[str, Any]:
-    """Everything that defines one measured configuration (and nothing that does not)."""
+    """Everything that defines one measured configuration (and nothing that does not).
+
+    Fields added after the first sweeps appear only when set, so earlier levels keep their
+    identity (and their MLflow resume key).
+    """
     spec_fields = spec.model_dump()
     if spec_fields["draft_model"]:
         spec_fields["draft_model"] = sweep.draft_model  # the name, not this machine's path
@@ -146,6 +161,19 @@ def config_identity(
     # Only when set, so the identities (and MLflow resume keys) of earlier sweeps still match.
     if sweep.categories:
         identity["categories"] = sorted(sweep.categories)
+    if request_rate is not None:
+        identity["load"] = {
+            "request_rate": request_rate,
+            "arrival": sweep.arrival,
+            "burstiness": sweep.burstiness,
+            "max_concurrency": sweep.max_concurrency,
+        }
+    if sweep.warmup_requests:
+        identity["warmup_requests"] = sweep.warmup_requests
+    if sweep.repeats > 1:
+        identity["repeats"] = sweep.repeats
+    if sweep.objectives:  # the level's metrics hold its goodput under these
+        identity["objectives"] = sweep.objectives
     if sweep.stop_at_eos:
         identity["stop_at_eos"] = True
     if engine.prefix_cache != "keep":  # earlier sweeps kept the cache

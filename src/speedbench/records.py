@@ -47,6 +47,9 @@ class RequestRecord:
     ``scheduled_s`` is when an open-loop (request-rate) level meant the request to arrive; its
     latencies count from then, so a wait for a free slot under a concurrency cap is latency.
     Closed-loop requests have none: they are sent the moment a stream is free.
+    ``warmup`` marks a request sent before the level's measurement at its own load shape: it is
+    kept with the records and left out of every metric. ``repeat`` is which measurement of
+    the level (0 to repeats - 1) the request belongs to.
     """
 
     request_id: str
@@ -73,6 +76,7 @@ class RequestRecord:
     engine_accepted: list[int] | None = None
     engine_drafted: list[int] | None = None
     scheduled_s: float | None = None
+    warmup: bool = False
 
     def fail(self, kind: str, message: str) -> None:
         """Mark the request failed with one of :data:`ERROR_KINDS` and a one-line message."""
@@ -171,6 +175,7 @@ def frame_to_records(frame: pd.DataFrame) -> list[RequestRecord]:
                 row[key] = None
         if row.get("engine_steps") is not None:
             row["engine_steps"] = int(row["engine_steps"])
+        row["warmup"] = bool(row.get("warmup") or False)  # absent from earlier files
         out.append(RequestRecord(**row))
     return out
 
@@ -186,3 +191,8 @@ def write_parquet(records: Sequence[RequestRecord], path: str | Path) -> Path:
 def read_parquet(path: str | Path) -> list[RequestRecord]:
     """Read records written by :func:`write_parquet`."""
     return frame_to_records(pd.read_parquet(path))
+
+
+def measured(records: Iterable[RequestRecord]) -> list[RequestRecord]:
+    """The records that count in metrics: every one but the warm-up requests."""
+    return [r for r in records if not r.warmup]

@@ -30,6 +30,8 @@ class Result(BaseModel):
 
 
 Figure = float | None
+# Where a speedup compares an SD level with the baseline: split, batch size, request rate.
+LoadPointKey = tuple[str, int, float | None]
 
 
 class Interval(Result):
@@ -60,6 +62,7 @@ class LoadFigures(Result):
     duration_s: Figure
     output_throughput_tok_s: Figure
     per_user_tok_s: Figure
+    request_throughput_rps: Figure = None  # absent from files written before it
     ttft_s: Distribution
     tpot_s: Distribution
     itl_s: Distribution
@@ -188,11 +191,41 @@ class PrefixCacheFigures(Result):
     hit_tokens: float | None = None
 
 
+class GoodputFigures(Result):
+    """Requests that met every latency objective set (:mod:`speedbench.metrics.goodput`)."""
+
+    objectives: dict[str, Figure]
+    met: int
+    total: int
+    rate_rps: Figure
+    fraction: Figure
+
+
+class SpreadFigures(Result):
+    """A figure's mean over repeats with its Student-t interval."""
+
+    mean: Figure
+    low: Figure
+    high: Figure
+    count: int
+
+
+class RepeatFigures(Result):
+    """A level measured several times (:mod:`speedbench.metrics.repeats`)."""
+
+    count: int
+    confidence: float
+    per_repeat: list[dict[str, Figure]]
+    spread: dict[str, SpreadFigures]
+
+
 class LevelMetrics(Result):
-    """Everything measured at one level: one SD config, one split, one batch size."""
+    """Everything measured at one level: one SD config, one split, one load point."""
 
     overall: LevelFigures
     per_category: dict[str, CategoryFigures]
+    goodput: GoodputFigures | None = None
+    repeats: RepeatFigures | None = None
     client: dict[str, Any] | None = None
     host: HostFigures | None = None
     prefix_cache: PrefixCacheFigures | None = None
@@ -224,12 +257,22 @@ class LosslessFigures(Result):
     mismatches: list[MismatchFigures] = Field(default_factory=list)
 
 
+def load_key(batch_size: int, request_rate: float | None) -> str:
+    """A load point's name: ``bs4`` (closed loop) or ``rate0.5`` (open loop, requests/s)."""
+    return f"bs{batch_size}" if request_rate is None else f"rate{request_rate:g}"
+
+
 class SummaryRow(Result):
-    """One level in a sweep's summary table; acceptance figures are None without SD."""
+    """One level in a sweep's summary table; acceptance figures are None without SD.
+
+    A closed-loop level has its ``batch_size`` (streams); an open-loop one its
+    ``request_rate`` (requests/s), and its ``batch_size`` is the concurrency cap (0: none).
+    """
 
     config: str
     split: str
     batch_size: int
+    request_rate: Figure = None
     method: str = "none"
     k: int = 0
     output_throughput_tok_s: Figure
@@ -237,6 +280,14 @@ class SummaryRow(Result):
     error_rate: Figure
     ttft_p50_s: Figure
     tpot_p50_s: Figure
+    e2e_p50_s: Figure = None
+    request_throughput_rps: Figure = None
+    # Requests that met the sweep's latency objectives, per second and as a share (None: no SLO).
+    goodput_rps: Figure = None
+    goodput_fraction: Figure = None
+    # More than one repeat: each headline figure's mean and Student-t interval over repeats.
+    repeats: int = 1
+    spread: dict[str, SpreadFigures] = Field(default_factory=dict)
     al_stream: Figure = None
     al_request_mean: Figure = None
     conditional_ar: list[Figure] | None = None
@@ -246,6 +297,8 @@ class SummaryRow(Result):
     al_engine_steps: Figure = None
     al_server: Figure = None
     speedup: Figure = None
+    # The no-SD baseline's median end-to-end latency over this level's, at the same load point.
+    e2e_speedup: Figure = None
     # SPEED-Bench's own view: Average_AL (mean over questions), its pooled AL, Category_AL.
     al_speed_bench_request_mean: Figure = None
     al_speed_bench: Figure = None
@@ -270,8 +323,25 @@ class SummaryRow(Result):
         """Whether this level drafted (the no-SD baseline is labelled ``none``)."""
         return self.config != "none"
 
+    @property
+    def open_loop(self) -> bool:
+        """Whether requests arrived at a rate (rather than from N closed-loop streams)."""
+        return self.request_rate is not None
+
+    @property
+    def load(self) -> str:
+        """The load point's name, ``bs4`` or ``rate0.5``."""
+        return load_key(self.batch_size, self.request_rate)
+
     @classmethod
-    def of(cls, label: str, split: str, batch_size: int, metrics: LevelMetrics) -> SummaryRow:
+    def of(
+        cls,
+        label: str,
+        split: str,
+        batch_size: int,
+        metrics: LevelMetrics,
+        request_rate: float | None = None,
+    ) -> SummaryRow:
         """The summary row of a measured level (speedup is set by :func:`summarize_sweep`)."""
         o = metrics.overall
         spec = metrics.config.get("spec") or {}
@@ -279,6 +349,7 @@ class SummaryRow(Result):
             config=label,
             split=split,
             batch_size=batch_size,
+            request_rate=request_rate,
             method=spec.get("method", "none"),
             k=spec.get("num_speculative_tokens", 0),
             output_throughput_tok_s=o.load.output_throughput_tok_s,
@@ -286,7 +357,15 @@ class SummaryRow(Result):
             error_rate=o.load.error_rate,
             ttft_p50_s=o.load.ttft_s.p50,
             tpot_p50_s=o.load.tpot_s.p50,
+            e2e_p50_s=o.load.e2e_s.p50,
+            request_throughput_rps=o.load.request_throughput_rps,
         )
+        if metrics.goodput is not None:
+            row.goodput_rps = metrics.goodput.rate_rps
+            row.goodput_fraction = metrics.goodput.fraction
+        if metrics.repeats is not None:
+            row.repeats = metrics.repeats.count
+            row.spread = dict(metrics.repeats.spread)
         if o.acceptance_stream:
             row.al_stream = o.acceptance_stream.al_token_weighted
             row.al_request_mean = o.acceptance_stream.al_request_mean
@@ -361,9 +440,9 @@ MODEL_FREE = ("ngram", "suffix")
 
 
 def break_even(
-    rows: Sequence[SummaryRow], draft_tpot: dict[tuple[str, int], float]
+    rows: Sequence[SummaryRow], draft_tpot: dict[LoadPointKey, float]
 ) -> list[BreakEven]:
-    """The break-even model of every SD row (``draft_tpot``: (split, bs) -> draft-alone TPOT)."""
+    """The break-even model of every SD row (``draft_tpot``: speedup key -> draft-alone TPOT)."""
     target_tpot = {speedup_key(r): r.tpot_p50_s for r in rows if not r.is_speculative}
     out = []
     for r in rows:
@@ -423,25 +502,31 @@ class SweepSummary(Result):
         return len({r.split for r in self.levels}) > 1
 
 
-def speedup_key(row: SummaryRow) -> tuple[str, int]:
-    """What a speedup compares across: the same split at the same batch size."""
-    return row.split, row.batch_size
+def speedup_key(row: SummaryRow) -> LoadPointKey:
+    """What a speedup compares across: the same split at the same load point."""
+    return row.split, row.batch_size, row.request_rate
 
 
 def with_speedup(row: SummaryRow, rows: Sequence[SummaryRow]) -> SummaryRow:
-    """``row`` with its speedup over the no-SD row of ``rows`` at the same split and bs.
+    """``row`` with its speedups over the no-SD row of ``rows`` at the same split and load.
 
     The one speedup formula (:func:`speedbench.metrics.pareto.speedup`): SD output throughput
-    over no-SD output throughput at the same split and batch size; None without a baseline.
+    over no-SD output throughput at the same split and load point; None without a baseline.
+    ``e2e_speedup`` is the baseline's median end-to-end latency over the SD level's: at a
+    request rate the server keeps up with, throughput follows the arrivals whatever SD does,
+    and what SD changes is how long each answer takes.
     """
-    key, value = speedup_key(row), None
-    base = next(
-        (r.output_throughput_tok_s for r in rows if not r.is_speculative and speedup_key(r) == key),
-        None,
-    )
-    if row.is_speculative and base is not None and row.output_throughput_tok_s is not None:
-        value = speedup({key: row.output_throughput_tok_s}, {key: base}).get(key)
-    return row.model_copy(update={"speedup": value})
+    key = speedup_key(row)
+    base = next((r for r in rows if not r.is_speculative and speedup_key(r) == key), None)
+    update: dict[str, float | None] = {"speedup": None, "e2e_speedup": None}
+    if row.is_speculative and base is not None:
+        if base.output_throughput_tok_s is not None and row.output_throughput_tok_s is not None:
+            update["speedup"] = speedup(
+                {key: row.output_throughput_tok_s}, {key: base.output_throughput_tok_s}
+            ).get(key)
+        if base.e2e_p50_s and row.e2e_p50_s:
+            update["e2e_speedup"] = base.e2e_p50_s / row.e2e_p50_s
+    return row.model_copy(update=update)
 
 
 def summarize_sweep(
@@ -455,17 +540,18 @@ def summarize_sweep(
     levels = [with_speedup(r, rows) for r in rows]
     many = len({r.split for r in levels}) > 1
     fronts: dict[str, list[int]] = {}
-    for label, split in dict.fromkeys((r.config, r.split) for r in levels):
+    for label, split in dict.fromkeys((r.config, r.split) for r in levels if not r.open_loop):
         points = [
             LoadPoint(r.batch_size, r.per_user_tok_s or 0.0, r.output_throughput_tok_s or 0.0)
             for r in levels
-            if r.config == label and r.split == split
+            if r.config == label and r.split == split and not r.open_loop
         ]
         fronts[f"{label}/{split}" if many else label] = [p.batch_size for p in pareto_front(points)]
     return SweepSummary(levels=levels, failures=list(failures), pareto_batch_sizes=fronts)
 
 
 CATEGORY_NAMESPACE = "by_category"
+REPEATS_NAMESPACE = "repeats"
 
 
 def tracking_scalars(metrics: LevelMetrics) -> tuple[dict[str, float], dict[str, list[float]]]:
@@ -477,6 +563,8 @@ def tracking_scalars(metrics: LevelMetrics) -> tuple[dict[str, float], dict[str,
     per-user speed, error rate, TTFT/TPOT/ITL/E2E percentiles, error counts and the client's
     self-measurement. Per-category figures live in their own namespace,
     ``by_category/<category>/<figure>``, so no category name can collide with a figure.
+    With goodput objectives, ``goodput_rps`` and ``goodput_fraction``; with repeats, each
+    headline figure's mean and interval bounds as ``repeats/<figure>/<mean|low|high>``.
     Series (step = draft position j, from 1): conditional and joint acceptance rates of every
     view that has them.
     """
@@ -484,6 +572,7 @@ def tracking_scalars(metrics: LevelMetrics) -> tuple[dict[str, float], dict[str,
     load = overall.load
     scalars: dict[str, float | None] = {
         "output_throughput_tok_s": load.output_throughput_tok_s,
+        "request_throughput_rps": load.request_throughput_rps,
         "per_user_tok_s": load.per_user_tok_s,
         "error_rate": load.error_rate,
         "num_requests": load.num_requests,
@@ -525,6 +614,14 @@ def tracking_scalars(metrics: LevelMetrics) -> tuple[dict[str, float], dict[str,
         scalars["host_others_cpu_fraction"] = host.others_fraction
         scalars["host_load_1m"] = host.load_1m
         scalars["host_flagged"] = float(host.flagged)
+    if good := metrics.goodput:
+        scalars["goodput_rps"] = good.rate_rps
+        scalars["goodput_fraction"] = good.fraction
+    if repeats := metrics.repeats:
+        scalars["repeats"] = repeats.count
+        for figure, spread in repeats.spread.items():
+            for end in ("mean", "low", "high"):
+                scalars[f"{REPEATS_NAMESPACE}/{figure}/{end}"] = getattr(spread, end)
     if (cache := metrics.prefix_cache) and cache.hit_tokens is not None:
         scalars["prefix_cache_hit_tokens"] = cache.hit_tokens
     for cat, entry in metrics.per_category.items():

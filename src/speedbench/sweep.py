@@ -19,8 +19,9 @@ The runner owns what must be the same everywhere:
 Output layout under ``out_dir``::
 
     <config>/engine.log                 the engine's log
-    <config>/<split>/bs<N>/...          one level (see :mod:`speedbench.level`)
-    <config>/<split>/bs<N>/identity.json  what defines the level (the resume key)
+    <config>/<split>/bs<N>/...          one closed-loop level (see :mod:`speedbench.level`)
+    <config>/<split>/rate<R>/...        one open-loop level (R requests/s)
+    <config>/<split>/<load>/identity.json  what defines the level (the resume key)
     summary.json                        the SweepSummary, rewritten as each config ends
     plots/*.png                         conditional AR, Pareto, AL heatmap, speedup
 """
@@ -53,6 +54,7 @@ from speedbench.results import (
     SweepSummary,
     break_even,
     finite,
+    load_key,
     speedup_key,
     summarize_sweep,
     with_speedup,
@@ -66,18 +68,28 @@ IDENTITY_FILE = "identity.json"
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class GridPoint:
-    """One level of the grid: where its results go and what defines it."""
+    """One level of the grid: where its results go and what defines it.
+
+    A closed-loop level has ``batch_size`` streams; an open-loop one a ``request_rate``, with
+    the sweep's concurrency cap as its ``batch_size`` (0: uncapped).
+    """
 
     spec: SpecConfig
     split: str
     batch_size: int
     directory: Path
     identity: dict[str, Any]
+    request_rate: float | None = None
+
+    @property
+    def load(self) -> str:
+        """The load point, ``bs<N>`` or ``rate<R>``: the level's folder and its name's end."""
+        return load_key(self.batch_size, self.request_rate)
 
     @property
     def name(self) -> str:
-        """``<config> <split> bs<N>``, as runs and log lines are named."""
-        return f"{self.spec.label} {self.split} bs{self.batch_size}"
+        """``<config> <split> bs<N>`` (or ``rate<R>``), as runs and log lines are named."""
+        return f"{self.spec.label} {self.split} {self.load}"
 
     @property
     def identity_hash(self) -> str:
@@ -146,17 +158,23 @@ def finished_on_disk(point: GridPoint) -> LevelResult | None:
     stamp = point.directory / IDENTITY_FILE
     if not stamp.exists() or json.loads(stamp.read_text()).get("hash") != point.identity_hash:
         return None
-    level = load_level(point.directory, point.spec.label, point.split, point.batch_size)
+    level = load_level(
+        point.directory, point.spec.label, point.split, point.batch_size, point.request_rate
+    )
     return level if level is not None and not level.failed else None
 
 
-def default_identity(
-    engine: EngineConfig, settings: LoadSettings
-) -> Callable[[SpecConfig, str, int], dict[str, Any]]:
-    """An identity from the engine, the SD config, the split, the batch size and the settings."""
+# What defines a level: (SD config, split, batch size, request rate) -> identity.
+Identity = Callable[[SpecConfig, str, int, float | None], dict[str, Any]]
 
-    def identity(spec: SpecConfig, split: str, batch_size: int) -> dict[str, Any]:
-        return {
+
+def default_identity(engine: EngineConfig, settings: LoadSettings) -> Identity:
+    """An identity from the engine, the SD config, the split, the load point and the settings."""
+
+    def identity(
+        spec: SpecConfig, split: str, batch_size: int, request_rate: float | None
+    ) -> dict[str, Any]:
+        ident = {
             "engine": engine.kind,
             "launcher": engine.launcher,
             "model": engine.model,
@@ -168,6 +186,9 @@ def default_identity(
             "temperature": settings.temperature,
             "seed": settings.seed,
         }
+        if request_rate is not None:
+            ident["request_rate"] = request_rate
+        return ident
 
     return identity
 
@@ -207,7 +228,11 @@ def run_sweep(
         settings=load_settings(config),
         tokenizer=tokenizer,
         hooks=hooks,
-        identity=lambda spec, split, bs: config_identity(config, engine, spec, split, bs),
+        identity=lambda spec, split, bs, rate: config_identity(
+            config, engine, spec, split, bs, rate
+        ),
+        request_rates=config.request_rates,
+        rate_sweep=config.rate_sweep,
     )
     if config.draft_cost and draft:
         summary = with_draft_cost(summary, config, engine, draft, items, tokenizer, out)
@@ -230,10 +255,12 @@ def with_draft_cost(
     """
     alone = engine.model_copy(update={"model": draft})
 
-    def identity(spec: SpecConfig, split: str, bs: int) -> dict[str, Any]:
-        ident = config_identity(config, alone, spec, split, bs)
+    def identity(spec: SpecConfig, split: str, bs: int, rate: float | None) -> dict[str, Any]:
+        ident = config_identity(config, alone, spec, split, bs, rate)
         return {**ident, "model": config.draft_model, "role": "draft_alone"}
 
+    if not config.batch_sizes:
+        return summary  # the break-even model compares closed-loop levels only
     print(f"timing the draft {config.draft_model} alone for the break-even model")
     drafts = run_grid(
         alone,
@@ -267,20 +294,26 @@ def run_grid(
     settings: LoadSettings | None = None,
     tokenizer: PromptTokenizer | None = None,
     hooks: SweepHooks | None = None,
-    identity: Callable[[SpecConfig, str, int], dict[str, Any]] | None = None,
+    identity: Identity | None = None,
+    request_rates: Sequence[float] = (),
+    rate_sweep: int = 0,
 ) -> SweepSummary:
-    """Measure every SD config on every split at every batch size.
+    """Measure every SD config on every split at every load point.
 
     Args:
         engine: The engine to launch (or attach to), once per SD config.
         specs: SD configurations; the no-SD baseline is moved first.
         items: Split name -> its prompts.
-        batch_sizes: Concurrency levels.
+        batch_sizes: Closed-loop concurrency levels.
         out_dir: Output root (layout in the module docstring).
-        settings: Load settings shared by every level (batch size and split are set per level).
+        settings: Load settings shared by every level (load point and split are set per level).
         tokenizer: Templates text prompts and validates token ids before anything starts.
         hooks: What the entry point adds (resume, tasks, tracking); default: nothing.
         identity: What defines a level, for resume and tracking; default: engine + settings.
+        request_rates: Open-loop request rates (requests/s), measured after the batch sizes.
+        rate_sweep: This many more rates per split, evenly spaced strictly between the
+            baseline's request throughput at the smallest and the largest batch size
+            (:func:`swept_rates`); they are known once the baseline's closed-loop levels are.
 
     Returns:
         The sweep summary, also written to ``out_dir/summary.json``.
@@ -302,25 +335,36 @@ def run_grid(
         "engine_versions": {},
         "host_cpu": cpu_info().as_dict(),
     }
+    cap = base.max_concurrency or 0
+
+    def point(spec: SpecConfig, split: str, bs: int, rate: float | None = None) -> GridPoint:
+        where = out / spec.label / split / load_key(bs, rate)
+        return GridPoint(spec, split, bs, where, identity(spec, split, bs, rate), rate)
+
+    def rate_points(spec: SpecConfig) -> list[GridPoint] | None:
+        """The spec's open-loop levels; None while the swept rates are not known yet."""
+        points = []
+        for split in items:
+            rates = list(request_rates)
+            if rate_sweep:
+                swept = swept_rates(rows, split, rate_sweep)
+                if swept is None:
+                    return None
+                rates = list(dict.fromkeys([*rates, *swept]))
+            points += [point(spec, split, cap, rate) for rate in rates]
+        return points
+
     try:
         for spec in ordered:
-            grid = [
-                GridPoint(
-                    spec, split, bs, out / spec.label / split / f"bs{bs}", identity(spec, split, bs)
-                )
-                for split in items
-                for bs in batch_sizes
-            ]
-            todo = []
-            for point in grid:
-                kept = hooks.resumed(point)
-                if kept is not None:
-                    rows.append(_row(spec, point, kept, base, out))
-                else:
-                    todo.append(point)
-            if todo:
+            closed = [point(spec, split, bs) for split in items for bs in batch_sizes]
+            todo = _not_resumed(spec, closed, hooks, rows, base, out)
+            opened = rate_points(spec)
+            if opened is not None:
+                todo += _not_resumed(spec, opened, hooks, rows, base, out)
+            later = None if opened is not None else (lambda spec=spec: rate_points(spec) or [])
+            if todo or later is not None:
                 failure = _measure_config(
-                    engine, spec, todo, items, base, tokenizer, hooks, rows, out, provenance
+                    engine, spec, todo, later, items, base, tokenizer, hooks, rows, out, provenance
                 )
                 if failure is not None:
                     failures.append(failure)
@@ -332,10 +376,53 @@ def run_grid(
     return _finish(rows, failures, out, status, provenance, plots=True)
 
 
+def swept_rates(rows: Sequence[SummaryRow], split: str, count: int) -> list[float] | None:
+    """``count`` request rates between the baseline's slowest and fastest closed-loop levels.
+
+    As GuideLLM's sweep (synchronous and throughput first, constant rates in between): evenly
+    spaced strictly between the baseline's request throughput at its smallest and at its
+    largest batch size on ``split``; None until both are measured. Rates are rounded to
+    3 significant digits, so folders and run names stay readable.
+    """
+    closed = {
+        r.batch_size: r.request_throughput_rps
+        for r in rows
+        if not r.is_speculative and r.split == split and not r.open_loop
+    }
+    if len(closed) < 2:
+        return None
+    low, high = closed[min(closed)], closed[max(closed)]
+    if not low or not high:
+        return None
+    low, high = sorted((low, high))
+    step = (high - low) / (count + 1)
+    return [float(f"{low + step * (i + 1):.3g}") for i in range(count)]
+
+
+def _not_resumed(
+    spec: SpecConfig,
+    points: Sequence[GridPoint],
+    hooks: SweepHooks,
+    rows: list[SummaryRow],
+    settings: LoadSettings,
+    out: Path,
+) -> list[GridPoint]:
+    """The points still to measure; the rows of those measured before join ``rows``."""
+    todo = []
+    for p in points:
+        kept = hooks.resumed(p)
+        if kept is not None:
+            rows.append(_row(spec, p, kept, settings, out))
+        else:
+            todo.append(p)
+    return todo
+
+
 def _measure_config(
     engine: EngineConfig,
     spec: SpecConfig,
     todo: Sequence[GridPoint],
+    later: Callable[[], list[GridPoint]] | None,
     items: Mapping[str, Sequence[WorkItem]],
     settings: LoadSettings,
     tokenizer: PromptTokenizer | None,
@@ -344,31 +431,28 @@ def _measure_config(
     out: Path,
     provenance: dict[str, Any],
 ) -> ConfigFailure | None:
-    """One engine launch: the config's pending levels in order; a failure ends the config."""
+    """One engine launch: the config's pending levels in order; a failure ends the config.
+
+    ``later`` gives more levels once ``todo`` is measured (the swept rates, which follow from
+    the baseline's closed-loop levels); those measured before are kept, not re-measured.
+    """
     log_path = out / spec.label / "engine.log"
     handle: OpenEngine | None = None
+    pending = list(todo)
     measured: set[GridPoint] = set()
     try:
         handle = hooks.start_engine(engine, spec, log_path)
         provenance["engine_versions"][spec.label] = hooks.engine_version(handle)
-        for point in todo:
-            point.directory.mkdir(parents=True, exist_ok=True)
-            stamp = {"hash": point.identity_hash, "identity": point.identity}
-            (point.directory / IDENTITY_FILE).write_text(
-                json.dumps(stamp, indent=2, sort_keys=True)
-            )
-            level_settings = dataclasses.replace(
-                settings, batch_size=point.batch_size, split=point.split
-            )
-            level = hooks.run_level(
-                handle.running, items[point.split], level_settings, tokenizer, point.directory
-            )
+        while pending or later is not None:
+            if not pending:
+                assert later is not None
+                pending = _not_resumed(spec, later(), hooks, rows, settings, out)
+                later = None
+                continue
+            point = pending.pop(0)
+            level = _measure_point(handle, point, items, settings, tokenizer, hooks)
             measured.add(point)
-            row = SummaryRow.of(spec.label, point.split, point.batch_size, level.metrics)
-            if spec.is_speculative and settings.temperature == 0:
-                row.lossless = _lossless(
-                    level, out / "none" / point.split / f"bs{point.batch_size}"
-                )
+            row = _row(spec, point, level, settings, out)
             if not level.failed:
                 rows.append(row)
             # The row's speedup, by the one formula, against the baselines measured so far.
@@ -379,7 +463,7 @@ def _measure_config(
     except EngineError as exc:
         log.error("config %s failed: %s", spec.label, exc)
         print(f"config {spec.label} failed: {exc}")
-        for point in todo:
+        for point in [*todo, *pending]:
             if point not in measured:
                 hooks.level_failed(point, str(exc), log_path)
         return ConfigFailure(config=spec.label, error=str(exc))
@@ -390,13 +474,36 @@ def _measure_config(
     return None
 
 
+def _measure_point(
+    handle: OpenEngine,
+    point: GridPoint,
+    items: Mapping[str, Sequence[WorkItem]],
+    settings: LoadSettings,
+    tokenizer: PromptTokenizer | None,
+    hooks: SweepHooks,
+) -> LevelResult:
+    """Stamp the level's identity on disk, then measure it at its load point."""
+    point.directory.mkdir(parents=True, exist_ok=True)
+    stamp = {"hash": point.identity_hash, "identity": point.identity}
+    (point.directory / IDENTITY_FILE).write_text(json.dumps(stamp, indent=2, sort_keys=True))
+    level_settings = dataclasses.replace(
+        settings, batch_size=max(point.batch_size, 1), split=point.split,
+        request_rate=point.request_rate,
+    )  # fmt: skip
+    return hooks.run_level(
+        handle.running, items[point.split], level_settings, tokenizer, point.directory
+    )
+
+
 def _row(
     spec: SpecConfig, point: GridPoint, level: LevelResult, settings: LoadSettings, out: Path
 ) -> SummaryRow:
     """A level's summary row, with its lossless check on greedy SD levels."""
-    row = SummaryRow.of(spec.label, point.split, point.batch_size, level.metrics)
+    row = SummaryRow.of(
+        spec.label, point.split, point.batch_size, level.metrics, point.request_rate
+    )
     if spec.is_speculative and settings.temperature == 0:
-        row.lossless = _lossless(level, out / "none" / point.split / f"bs{point.batch_size}")
+        row.lossless = _lossless(level, out / "none" / point.split / point.load)
     return row
 
 

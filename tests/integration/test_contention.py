@@ -114,7 +114,7 @@ def test_a_cpu_hog_during_the_level_is_flagged_by_name(engine, tmp_path, hog):
 
 
 def test_strict_host_refuses_to_measure_next_to_a_hog(engine, tmp_path, hog):
-    with pytest.raises(HostBusyError, match=r"not measuring ngram-k3 s at batch size 1 .*cpu-hog"):
+    with pytest.raises(HostBusyError, match=r"not measuring ngram-k3 s bs1 .*cpu-hog"):
         level(engine, tmp_path, strict_host=True)
     assert not (tmp_path / "level" / "records.jsonl").exists()
 

@@ -1,4 +1,7 @@
-"""Open-loop levels against the synthetic server: arrivals on schedule, a cap's wait is latency.
+"""Open-loop levels, warm-up and repeats against the synthetic server.
+
+Arrivals keep their schedule, a cap's wait is latency, a level warms up at its own load and then
+measures each repeat, and goodput is counted from the records.
 
 The synthetic server answers each request in at least 9 sleeps of 10 ms (10 tokens, one a
 chunk), so every bound below is a lower bound that a slow host cannot break: sleeps end late,
@@ -8,6 +11,8 @@ never early.
 from __future__ import annotations
 
 import itertools
+import os
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +22,10 @@ from speedbench.client.run import run_load
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.engines.local import free_port
+from speedbench.engines.running import RunningEngine
+from speedbench.level import measure_level
 from speedbench.metrics.latency import arrival_lag_s, e2e_s, summarize_load, ttft_s
+from speedbench.records import read_jsonl, read_parquet
 from speedbench.synthetic import SyntheticOptions, serve_in_subprocess
 
 pytestmark = pytest.mark.integration
@@ -86,3 +94,51 @@ def test_a_closed_loop_level_has_no_schedule(server):
 def test_bad_open_loop_settings_fail_before_anything_is_sent(server, load, error, message):
     with pytest.raises(error, match=message):
         measure(server, **load)
+
+
+def test_a_level_warms_up_at_its_own_load_then_measures_each_repeat(server, tmp_path):
+    external = server.model_copy(update={"launcher": "external"})
+    running = RunningEngine(external, SpecConfig(), get_engine("vllm"), Path(os.devnull))
+    settings = LoadSettings(
+        max_tokens=TOKENS,
+        show_progress=False,
+        request_rate=50.0,
+        arrival="constant",
+        max_concurrency=1,
+        warmup_requests=3,
+        repeats=2,
+        objectives={"e2e_s": 0.2},
+        split="s",
+    )
+    level = measure_level(running, ITEMS, settings, None, tmp_path / "level")
+    records = read_parquet(tmp_path / "level" / "records.parquet")
+    assert read_jsonl(tmp_path / "level" / "records.jsonl") == records  # durable as they came
+    warm = [r for r in records if r.warmup]
+    measured = [r for r in records if not r.warmup]
+    # The warm-up: the first three prompts, sent on the level's own schedule and cap.
+    assert [r.prompt_id for r in sorted(warm, key=lambda r: r.scheduled_s)] == ["p0", "p1", "p2"]
+    assert all(r.request_id.endswith("/warmup") and r.scheduled_s is not None for r in warm)
+    for before, after in itertools.pairwise(sorted(warm, key=lambda r: r.start_s)):
+        assert after.start_s >= before.end_s  # the cap held in the warm-up too
+    assert max(r.end_s for r in warm) <= min(r.start_s for r in measured)
+    # Each repeat sent every prompt once; the second in another order.
+    in_due_order = sorted(measured, key=lambda r: r.scheduled_s)
+    orders = [[r.prompt_id for r in in_due_order if r.repeat == i] for i in (0, 1)]
+    assert orders[0] == [it.prompt_id for it in ITEMS]
+    assert sorted(orders[1]) == sorted(orders[0]) and orders[1] != orders[0]
+    # Every figure counts the 16 measured requests and nothing of the warm-up.
+    m = level.metrics
+    assert m.overall.load.num_requests == 16 and m.overall.load.output_tokens == 16 * TOKENS
+    assert m.overall.load.e2e_s.count == 16
+    assert sum(c.load.num_requests for c in m.per_category.values()) == 16
+    assert m.repeats is not None and m.repeats.count == 2
+    assert [f["request_throughput_rps"] for f in m.repeats.per_repeat] == pytest.approx(
+        [8 / summarize_load([r for r in measured if r.repeat == i]).duration_s for i in (0, 1)]
+    )
+    # Goodput by hand: requests whose end minus due time is within 0.2 s. Under a cap of one,
+    # each waits for those before it, so at most the first two of a repeat can make it
+    # (0.09 s, then 0.09 + 0.09 - 0.02 s at the least).
+    by_hand = sum(1 for r in measured if r.end_s - r.scheduled_s <= 0.2)
+    assert m.goodput is not None and (m.goodput.met, m.goodput.total) == (by_hand, 16)
+    assert by_hand <= 4
+    assert m.config["warmup_requests"] == 3 and m.config["request_rate"] == 50.0

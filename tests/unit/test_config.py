@@ -96,7 +96,11 @@ BAD_CONFIGS = [
         "SweepConfig.splits.1: got 'throughput_4k'; allowed: 'qualitative', 'mtbench'",
     ),
     (SweepConfig, {"splits": []}, "SweepConfig.splits: List should have at least 1 item"),
-    (SweepConfig, {"batch_sizes": []}, "SweepConfig.batch_sizes: List should have at least 1"),
+    (
+        SweepConfig,
+        {"batch_sizes": []},
+        "SweepConfig: no load level: give batch_sizes, request_rates",
+    ),
     (SweepConfig, {"batch_sizes": [0]}, "batch_sizes must all be >= 1, got [0]"),
     (SweepConfig, {"methods": ["none", "none"]}, "methods has duplicates"),
     (SweepConfig, {"per_category": 0}, "SweepConfig.per_category: Input should be greater"),
@@ -213,11 +217,11 @@ def test_summary_table_lists_per_category_al_with_whole_names():
         ]
     )
     lines = format_summary(summary).splitlines()
-    assert lines[0].split()[:4] == ["config", "bs", "tok/s", "AL"]  # "AL speed_bench"
-    expected = ["draft_model-k3", "1", "3.300", "2.800", "2.900", "-", "-", "1.100", "0.000"]
+    assert lines[0].split()[:4] == ["config", "load", "tok/s", "AL"]  # "AL speed_bench"
+    expected = ["draft_model-k3", "bs1", "3.300", "2.800", "2.900", "-", "-", "1.100", "0.000"]
     assert lines[2].split() == expected
-    assert lines[-2].split() == ["config", "bs", "coding", "summarization"]  # never cut
-    assert lines[-1].split() == ["draft_model-k3", "1", "3.250", "3.750"]
+    assert lines[-2].split() == ["config", "load", "coding", "summarization"]  # never cut
+    assert lines[-1].split() == ["draft_model-k3", "bs1", "3.250", "3.750"]
 
 
 def test_one_speedup_formula_same_split_and_batch_size_only():
@@ -303,7 +307,7 @@ def test_break_even_model_exact_values():
             "draft_model-k3", method="draft_model", k=3, batch_size=4, output_throughput_tok_s=9.0
         ),
     ]
-    table = break_even(summarize_sweep(rows).levels, {("qualitative", 1): 0.1})
+    table = break_even(summarize_sweep(rows).levels, {("qualitative", 1, None): 0.1})
     assert [(b.config, b.batch_size) for b in table] == [
         ("ngram-k3", 1),
         ("draft_model-k3", 1),

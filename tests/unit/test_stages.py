@@ -129,7 +129,7 @@ def test_stage_metrics_files_and_report(tmp_path):
     text = render(tmp_path, "mlflow/mlflow.db")
     assert "| category (speed_bench view: Category_AL) | ngram-k2 bs1 |" in text
     assert "| coding | 2.25 |" in text and "| **all** (Average_AL) | **1.90** |" in text
-    assert "| ngram-k2 | qualitative | 1 | 1.90 | 1.95 | 2.12 | - | 2.10 |" in text
-    assert "| ngram-k2 | 1 | speed_bench | 1.95 | 0.600 | 0.500 |" in text
-    assert "| ngram-k2 | 1 | counters | 2.10 | 0.710 | 0.520 |" in text
+    assert "| ngram-k2 | qualitative | bs1 | 1.90 | 1.95 | 2.12 | - | 2.10 |" in text
+    assert "| ngram-k2 | bs1 | speed_bench | 1.95 | 0.600 | 0.500 |" in text
+    assert "| ngram-k2 | bs1 | counters | 2.10 | 0.710 | 0.520 |" in text
     assert "| ngram-k2 | qualitative | 1 | 6.00 | 6.10 | 1.20 | 0% |" in text

@@ -200,3 +200,75 @@ def test_disk_resume_keeps_finished_levels_with_the_same_identity(tmp_path):
     ]
     identity = json.loads((tmp_path / "ngram-k3" / "s" / "bs2" / "identity.json").read_text())
     assert identity["identity"]["spec"]["method"] == "ngram"
+
+
+class FakeServer(FakeEngine):
+    """A server whose request rates and latencies are known.
+
+    Closed loop: 0.1 requests/s per stream. Open loop: SD answers in 1 s below 0.16 requests/s
+    and in 3 s above; the baseline always in 2 s.
+    """
+
+    def run_level(self, running, items, settings, tokenizer, directory):
+        rate = settings.request_rate
+        load = f"rate{rate:g}" if rate is not None else f"bs{settings.batch_size}"
+        self.log.append(f"level {running} {load}")
+        sd = running != "none"
+        metrics = _metrics(10.0, 2.5 if sd else None)
+        e2e = 2.0 if not sd else (1.0 if rate is not None and rate < 0.16 else 3.0)
+        load_figures = metrics.overall.load.model_copy(
+            update={
+                "request_throughput_rps": 0.1 * settings.batch_size if rate is None else rate,
+                "e2e_s": metrics.overall.load.e2e_s.model_copy(update={"p50": e2e}),
+            }
+        )
+        overall = metrics.overall.model_copy(update={"load": load_figures})
+        metrics = metrics.model_copy(update={"overall": overall})
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "metrics.json").write_text(metrics.model_dump_json())
+        return LevelResult(running, settings.batch_size, metrics, directory, settings.split, rate)
+
+
+def test_a_rate_sweep_is_placed_between_the_baselines_closed_levels_and_resumes(tmp_path):
+    from speedbench.report.text import rate_table, sd_stops_paying
+
+    engine = EngineConfig(model="m", launcher="external")
+    settings = LoadSettings(show_progress=False)
+
+    def sweep(hooks):
+        return run_grid(
+            engine, (NGRAM, NONE), ITEMS, [1, 2], tmp_path, settings=settings, hooks=hooks,
+            request_rates=[0.05], rate_sweep=3,
+        )  # fmt: skip
+
+    hooks = FakeServer()
+    summary = sweep(hooks)
+    # Baseline: 0.1 requests/s at bs 1, 0.2 at bs 2; three rates strictly between.
+    levels = ["bs1", "bs2", "rate0.05", "rate0.125", "rate0.15", "rate0.175"]
+    assert [line for line in hooks.log if line.startswith(("start", "level", "stop"))] == [
+        "start none",
+        *(f"level none {lv}" for lv in levels),
+        "stop none",
+        "start ngram-k3",
+        *(f"level ngram-k3 {lv}" for lv in levels),
+        "stop ngram-k3",
+    ]
+    sd = {r.load: r for r in summary.levels if r.is_speculative}
+    assert sd["rate0.125"].e2e_speedup == 2.0 and sd["rate0.175"].e2e_speedup == 2.0 / 3.0
+    assert sd["rate0.15"].request_rate == 0.15 and sd["rate0.15"].batch_size == 0
+    assert (tmp_path / "ngram-k3" / "s" / "rate0.175" / "metrics.json").exists()
+    assert summary.pareto_batch_sizes == {"none": [1], "ngram-k3": [1]}  # no rate level in it
+    assert sd_stops_paying(summary) == [
+        "- ngram-k3 on s: SD stops paying at 0.175 req/s (E2E speedup 0.67, goodput - req/s; "
+        "measured 0.05-0.175 req/s)"
+    ]
+    assert len(rate_table(summary)) == 2 + 8
+
+    # Everything is on disk: a second run measures nothing and starts no engine.
+    class ResumingServer(FakeServer, DiskResume):
+        pass
+
+    again = ResumingServer()
+    resumed = sweep(again)
+    assert again.log == [] and len(resumed.levels) == len(summary.levels) == 12
+    assert {r.load for r in resumed.levels} == set(levels)

@@ -13,16 +13,15 @@ Poisson profile draw the gaps between arrivals from a distribution, and so does 
 - ``constant``: every gap exactly ``1 / rate``.
 
 The first request is due at 0: a level starts with work rather than with an idle gap. Offsets
-are seeded, so the same level sends at the same times in every repeat of a run.
+are seeded, so a level sends at the same times in every run; each repeat of a level draws its own
+schedule (the sweep's seed plus the repeat's index).
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 
-ArrivalProcess = Literal["poisson", "gamma", "constant"]
+from speedbench.config import ArrivalProcess
 
 
 class ArrivalError(ValueError):

@@ -93,6 +93,14 @@ class LoadSettings:
     arrival: ArrivalProcess = "poisson"
     burstiness: float = 1.0
     max_concurrency: int | None = None
+    # Requests sent first at this same load shape and left out of the metrics; ``warmup`` marks
+    # the run that sends them.
+    warmup_requests: int = 0
+    warmup: bool = False
+    # Measurements of the level (``repeat`` is the one being run).
+    repeats: int = 1
+    # Goodput's latency objectives by name (ttft_s, tpot_s, e2e_s); empty: no goodput.
+    objectives: dict[str, float] = field(default_factory=dict)
 
     @property
     def open_loop(self) -> bool:
@@ -192,8 +200,9 @@ def new_record(
     item: WorkItem, turn: int, settings: LoadSettings, spec: SpecConfig
 ) -> RequestRecord:
     """The empty record of one turn of ``item`` at this level."""
+    run = "warmup" if settings.warmup else f"r{settings.repeat}"
     return RequestRecord(
-        request_id=f"{item.prompt_id}/t{turn}/r{settings.repeat}",
+        request_id=f"{item.prompt_id}/t{turn}/{run}",
         prompt_id=item.prompt_id,
         category=item.category,
         split=settings.split,
@@ -203,6 +212,7 @@ def new_record(
         k=spec.num_speculative_tokens,
         batch_size=settings.batch_size,
         repeat=settings.repeat,
+        warmup=settings.warmup,
     )
 
 
@@ -281,7 +291,7 @@ async def drive(
             settings.request_rate,
             settings.arrival,
             settings.burstiness,
-            settings.seed or 0,
+            (settings.seed or 0) + settings.repeat,  # each repeat its own schedule
         )
         cap = asyncio.Semaphore(settings.max_concurrency) if settings.max_concurrency else None
         idle: list[StreamConnection] = []
@@ -345,6 +355,10 @@ async def run_in_process(
     load = (
         f"rate={settings.request_rate:g}/s" if settings.open_loop else f"bs={settings.batch_size}"
     )
+    if settings.warmup:
+        load += " warm-up"
+    elif settings.repeats > 1:
+        load += f" repeat {settings.repeat + 1}/{settings.repeats}"
     bar = tqdm(
         total=total,
         desc=f"{spec.label} {load}",

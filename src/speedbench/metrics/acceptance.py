@@ -144,6 +144,15 @@ class SpecCounters:
             tuple(x - y for x, y in zip(a, b, strict=True)),
         )
 
+    def __add__(self, other: SpecCounters) -> SpecCounters:
+        negated = SpecCounters(
+            -other.num_drafts,
+            -other.num_draft_tokens,
+            -other.num_accepted_tokens,
+            tuple(-x for x in other.accepted_per_pos),
+        )
+        return self - negated
+
     def as_dict(self) -> dict[str, object]:
         """Plain-JSON form."""
         return {

@@ -98,6 +98,7 @@ class LoadSummary:
     duration_s: float
     output_throughput_tok_s: float
     per_user_tok_s: float
+    request_throughput_rps: float
     ttft_s: Distribution
     tpot_s: Distribution
     itl_s: Distribution
@@ -115,6 +116,7 @@ class LoadSummary:
                 "duration_s",
                 "output_throughput_tok_s",
                 "per_user_tok_s",
+                "request_throughput_rps",
             )
         }
         for k in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
@@ -122,16 +124,31 @@ class LoadSummary:
         return out
 
 
+def measured_duration_s(records: Sequence[RequestRecord]) -> float:
+    """Wall time of a level: first arrival to last end, summed over its repeats.
+
+    Each repeat is timed on its own, so the pause between two repeats (a prefix-cache reset, the
+    next schedule's start) is no part of the level's time.
+    """
+    by_repeat: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        by_repeat.setdefault(r.repeat, []).append(r)
+    return sum(
+        max(r.end_s for r in group) - min(map(arrival_s, group)) for group in by_repeat.values()
+    )
+
+
 def summarize_load(records: Sequence[RequestRecord]) -> LoadSummary:
     """Summarise a load level.
 
-    Throughput is successful output tokens over the wall time from the first start to the last
-    end of all requests, failed ones included, since they occupied the run. Per-user speed is
-    1 / mean TPOT.
+    Throughput is successful output tokens (and requests) over the wall time from the first
+    arrival to the last end of all requests, failed ones included, since they occupied the run;
+    with repeats, each repeat's wall time is summed (:func:`measured_duration_s`). Per-user
+    speed is 1 / mean TPOT.
     """
     ok = [r for r in records if r.ok]
     n, failed = len(records), len(records) - len(ok)
-    duration = (max(r.end_s for r in records) - min(map(arrival_s, records))) if records else 0.0
+    duration = measured_duration_s(records)
     tokens = sum(r.output_tokens for r in ok)
     tpot = Distribution.of([tpot_s(r) for r in ok])
     return LoadSummary(
@@ -142,6 +159,7 @@ def summarize_load(records: Sequence[RequestRecord]) -> LoadSummary:
         duration_s=duration,
         output_throughput_tok_s=tokens / duration if duration > 0 else float("nan"),
         per_user_tok_s=1.0 / tpot.mean if tpot.count and tpot.mean > 0 else float("nan"),
+        request_throughput_rps=len(ok) / duration if duration > 0 else float("nan"),
         ttft_s=Distribution.of([ttft_s(r) for r in ok]),
         tpot_s=tpot,
         itl_s=Distribution.of([x for r in ok for x in itls_s(r)]),

@@ -58,12 +58,20 @@ def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
 
 
 def lossless_check(sd: Sequence[RequestRecord], baseline: Sequence[RequestRecord]) -> LosslessCheck:
-    """Compare every successful SD request with the successful baseline request of its turn."""
-    base = {(r.prompt_id, r.turn): r for r in baseline if r.ok}
+    """Compare every successful SD request with the successful baseline request of its turn.
+
+    Warm-up requests are compared on neither side. Every repeat of an SD request is compared
+    with the baseline's first successful one of the same prompt and turn: greedy decoding gives
+    one answer, however often it is asked.
+    """
+    base: dict[tuple[str, int], RequestRecord] = {}
+    for r in baseline:
+        if r.ok and not r.warmup:
+            base.setdefault((r.prompt_id, r.turn), r)
     compared, matched, mismatches = 0, 0, []
     for r in sd:
         other = base.get((r.prompt_id, r.turn))
-        if not r.ok or other is None:
+        if not r.ok or r.warmup or other is None:
             continue
         compared += 1
         at = first_divergence(other.output_token_ids, r.output_token_ids)

@@ -36,9 +36,11 @@ from speedbench.metrics.acceptance import (
     steps_from_chunks,
 )
 from speedbench.metrics.bootstrap import mean_ci, ratio_ci
+from speedbench.metrics.goodput import LatencyObjectives, goodput
 from speedbench.metrics.latency import summarize_load
+from speedbench.metrics.repeats import across_repeats
 from speedbench.metrics.views import all_views
-from speedbench.records import RequestRecord
+from speedbench.records import RequestRecord, measured
 
 
 def request_steps(records: Sequence[RequestRecord], k: int) -> tuple[list[list[int]], int]:
@@ -98,12 +100,17 @@ def summarize_level(
     counters: SpecCounters | None,
     k: int,
     server_al: float | None = None,
+    objectives: LatencyObjectives | None = None,
 ) -> dict[str, object]:
     """Everything about one load level, overall and per category.
 
-    ``server_al`` is the engine's own running AL where it states one (SGLang).
+    Warm-up requests are left out of every figure. ``server_al`` is the engine's own running AL
+    where it states one (SGLang). With ``objectives``, the level's goodput is reported; with
+    more than one repeat in the records, each repeat's figures and their spread.
     """
-    overall: dict[str, object] = {"load": summarize_load(records).as_dict()}
+    records = measured(records)
+    load = summarize_load(records)
+    overall: dict[str, object] = {"load": load.as_dict()}
     overall["errors_by_kind"] = dict(
         sorted(Counter(r.error_kind or "unknown" for r in records if not r.ok).items())
     )
@@ -128,4 +135,15 @@ def summarize_level(
             views = all_views(by_cat[cat], None, k)  # counters are per level, not per category
             entry["views"] = {n: v.as_dict() for n, v in views.items()}
         per_category[cat] = entry
-    return {"overall": overall, "per_category": per_category}
+    out: dict[str, object] = {"overall": overall, "per_category": per_category}
+    if objectives is not None and objectives.any_set:
+        good = goodput(records, objectives, load.duration_s)
+        out["goodput"] = {
+            "objectives": {n: getattr(objectives, n) for n in ("ttft_s", "tpot_s", "e2e_s")},
+            "met": good.met,
+            "total": good.total,
+            "rate_rps": good.rate_rps,
+            "fraction": good.fraction,
+        }
+    out["repeats"] = across_repeats(records, k, objectives)
+    return out

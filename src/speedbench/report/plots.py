@@ -1,4 +1,7 @@
-"""PNG plots of a measured summary: conditional AR, Pareto curve, AL heatmap, speedup by batch.
+"""PNG plots of a measured summary: AR, Pareto, AL heatmap, speedup, request rates.
+
+Conditional AR by draft position, the Pareto curve, the AL heatmap, speedup by batch size, and
+what request rates did (throughput, latency and goodput against the rate).
 
 Matplotlib runs headless (Agg). Each function takes a sweep's
 :class:`~speedbench.results.SweepSummary` and writes one PNG.
@@ -24,15 +27,20 @@ def _name(row: SummaryRow, many_splits: bool) -> str:
     return f"{label} [{row.split}]" if many_splits else label
 
 
-def _curves(summary: SweepSummary, keep: Any) -> dict[str, list[SummaryRow]]:
-    """Levels that pass ``keep``, grouped into one curve per config (and split), by batch size."""
+def _curves(
+    summary: SweepSummary, keep: Any, open_loop: bool = False
+) -> dict[str, list[SummaryRow]]:
+    """Levels that pass ``keep``, one curve per config (and split).
+
+    A curve runs along the batch size (closed loop) or the request rate (``open_loop``).
+    """
     curves: dict[str, list[SummaryRow]] = defaultdict(list)
     many = summary.many_splits
     for r in summary.levels:
-        if keep(r):
+        if r.open_loop == open_loop and keep(r):
             curves[_name(r, many)].append(r)
     for rows in curves.values():
-        rows.sort(key=lambda r: r.batch_size)
+        rows.sort(key=lambda r: r.request_rate or 0.0 if open_loop else r.batch_size)
     return curves
 
 
@@ -45,7 +53,7 @@ def plot_conditional_ar(summary: SweepSummary, path: str | Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in rows:
         ar = r.conditional_ar_counters
-        name = f"{_name(r, many)} bs={r.batch_size}"
+        name = f"{_name(r, many)} {r.load}"
         ax.plot(range(1, len(ar) + 1), ar, marker="o", label=name)
     ax.set_xlabel("draft position j")
     ax.set_ylabel("conditional AR_j")
@@ -84,7 +92,7 @@ def plot_al_heatmap(summary: SweepSummary, path: str | Path) -> Path | None:
         return None
     many = summary.many_splits
     cats = sorted({c for r in rows for c in r.al_by_category})
-    names = [f"{_name(r, many)} bs={r.batch_size}" for r in rows]
+    names = [f"{_name(r, many)} {r.load}" for r in rows]
     grid = [[r.al_by_category.get(c) or float("nan") for c in cats] for r in rows]
     fig, ax = plt.subplots(figsize=(1.0 + 0.8 * len(cats), 1.2 + 0.45 * len(rows)))
     im = ax.imshow(grid, cmap="viridis", aspect="auto")
@@ -117,6 +125,40 @@ def plot_speedup(summary: SweepSummary, path: str | Path) -> Path | None:
     return _save(fig, path)
 
 
+def plot_rates(summary: SweepSummary, path: str | Path) -> Path | None:
+    """Open-loop levels against the offered request rate, one line per config.
+
+    Panels: output throughput, median end-to-end latency and, where the sweep set latency
+    objectives, goodput (with the offered rate as a dashed line: goodput can at best follow it).
+    """
+    curves = _curves(summary, lambda r: r.output_throughput_tok_s is not None, open_loop=True)
+    if not curves:
+        return None
+    panels = [
+        ("output_throughput_tok_s", "output throughput (tokens/s)"),
+        ("e2e_p50_s", "median end-to-end latency (s)"),
+    ]
+    if any(r.goodput_rps is not None for rows in curves.values() for r in rows):
+        panels.append(("goodput_rps", "goodput (requests/s meeting the SLOs)"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4))
+    for ax, (key, title) in zip(axes, panels, strict=True):
+        for label, rows in curves.items():
+            points = [
+                (r.request_rate, getattr(r, key)) for r in rows if getattr(r, key) is not None
+            ]
+            if points:
+                ax.plot(*zip(*points, strict=True), "o-", label=label)
+        if key == "goodput_rps":
+            top = max(r.request_rate or 0.0 for rows in curves.values() for r in rows)
+            ax.plot([0, top], [0, top], color="grey", linestyle="--", linewidth=1)
+        ax.set_xlabel("request rate (requests/s)")
+        ax.set_ylabel(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("Load: what the request rate does with and without SD")
+    return _save(fig, path)
+
+
 def write_plots(summary: SweepSummary, out_dir: str | Path) -> list[Path]:
     """All plots of a summary into ``out_dir``; returns the files written."""
     out = Path(out_dir)
@@ -125,6 +167,7 @@ def write_plots(summary: SweepSummary, out_dir: str | Path) -> list[Path]:
         plot_pareto(summary, out / "pareto.png"),
         plot_al_heatmap(summary, out / "al_heatmap.png"),
         plot_speedup(summary, out / "speedup.png"),
+        plot_rates(summary, out / "rates.png"),
     ]
     return [p for p in made if p is not None]
 

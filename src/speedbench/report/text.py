@@ -49,7 +49,7 @@ def category_table(summary: SweepSummary) -> list[str]:
     by_cat = [r.al_by_category if legacy else r.al_speed_bench_by_category for r in rows]
     overall = [r.al_stream if legacy else r.al_speed_bench_request_mean for r in rows]
     cats = sorted({c for cells in by_cat for c in cells})
-    heads = [f"{r.config} bs{r.batch_size}" for r in rows]
+    heads = [f"{r.config} {r.load}" for r in rows]
     view = "stream view, token-weighted" if legacy else "speed_bench view: Category_AL"
     lines = [f"| category ({view}) | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
     for c in cats:
@@ -74,10 +74,10 @@ def views_table(summary: SweepSummary) -> list[str]:
     if not rows:
         return []
     heads = " | ".join(title for _, title in VIEW_COLUMNS)
-    lines = [f"| config | split | bs | {heads} |", "|---|---|---|" + "---|" * len(VIEW_COLUMNS)]
+    lines = [f"| config | split | load | {heads} |", "|---|---|---|" + "---|" * len(VIEW_COLUMNS)]
     for r in rows:
         cells = " | ".join(_fmt(getattr(r, key)) for key, _ in VIEW_COLUMNS)
-        lines.append(f"| {r.config} | {r.split} | {r.batch_size} | {cells} |")
+        lines.append(f"| {r.config} | {r.split} | {r.load} | {cells} |")
     return lines
 
 
@@ -88,7 +88,7 @@ def ar_table(summary: SweepSummary) -> list[str]:
         return []
     k = max(len(r.conditional_ar_speed_bench or r.conditional_ar_counters or []) for r in rows)
     lines = [
-        "| config | bs | view | AL | " + " | ".join(f"AR_{j}" for j in range(1, k + 1)) + " |",
+        "| config | load | view | AL | " + " | ".join(f"AR_{j}" for j in range(1, k + 1)) + " |",
         "|---|---|---|---|" + "---|" * k,
     ]
     for r in rows:
@@ -98,7 +98,7 @@ def ar_table(summary: SweepSummary) -> list[str]:
         ):
             if ars:
                 cells = " | ".join(_fmt(a, ".3f") for a in ars)
-                lines.append(f"| {r.config} | {r.batch_size} | {view} | {_fmt(al)} | {cells} |")
+                lines.append(f"| {r.config} | {r.load} | {view} | {_fmt(al)} | {cells} |")
     return lines
 
 
@@ -108,7 +108,7 @@ def lossless_table(summary: SweepSummary) -> list[str]:
     if not rows:
         return []
     lines = [
-        "| config | split | bs | compared | identical | first divergences (prompt/turn@token) |",
+        "| config | split | load | compared | identical | first divergences (prompt/turn@token) |",
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -119,7 +119,7 @@ def lossless_table(summary: SweepSummary) -> list[str]:
         )
         more = f" (+{len(check.mismatches) - 5})" if len(check.mismatches) > 5 else ""
         lines.append(
-            f"| {r.config} | {r.split} | {r.batch_size} | {check.compared} | "
+            f"| {r.config} | {r.split} | {r.load} | {check.compared} | "
             f"{_fmt(check.match_rate, '.0%')} | {where or '-'}{more} |"
         )
     return lines
@@ -160,12 +160,17 @@ LOSSLESS_NOTE = (
 
 
 def throughput_table(summary: SweepSummary) -> list[str]:
-    """Markdown table: throughput, per-user speed and speedup by config, split and batch size."""
+    """Markdown table: throughput, per-user speed and speedup by config, split and batch size.
+
+    Closed-loop levels only; open-loop ones have :func:`rate_table`.
+    """
     lines = [
         "| config | split | bs | tok/s | per-user tok/s | speedup | errors |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in summary.levels:
+        if r.open_loop:
+            continue
         lines.append(
             f"| {r.config} | {r.split} | {r.batch_size} | "
             f"{_fmt(r.output_throughput_tok_s)} | {_fmt(r.per_user_tok_s)} | "
@@ -174,9 +179,118 @@ def throughput_table(summary: SweepSummary) -> list[str]:
     return lines
 
 
+def rate_table(summary: SweepSummary) -> list[str]:
+    """Markdown table of the open-loop levels: what each request rate did to latency and goodput.
+
+    ``E2E speedup`` is the baseline's median end-to-end latency over the level's at the same
+    rate; goodput is the requests per second that met every latency objective of the sweep.
+    """
+    rows = sorted(
+        (r for r in summary.levels if r.open_loop),
+        key=lambda r: (r.split, r.request_rate or 0.0, r.is_speculative, r.config),
+    )
+    if not rows:
+        return []
+    lines = [
+        "| config | split | rate (req/s) | served req/s | tok/s | TTFT p50 (s) | TPOT p50 (s) | "
+        "E2E p50 (s) | E2E speedup | goodput req/s | met SLOs | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        cells = [
+            f"{r.request_rate:g}",
+            _fmt(r.request_throughput_rps, ".3f"),
+            _fmt(r.output_throughput_tok_s),
+            _fmt(r.ttft_p50_s),
+            _fmt(r.tpot_p50_s, ".3f"),
+            _fmt(r.e2e_p50_s),
+            _fmt(r.e2e_speedup),
+            _fmt(r.goodput_rps, ".3f"),
+            _fmt(r.goodput_fraction, ".0%"),
+            _fmt(r.error_rate, ".0%"),
+        ]
+        lines.append(f"| {r.config} | {r.split} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def sd_stops_paying(summary: SweepSummary) -> list[str]:
+    """Per SD config and split: the lowest measured rate at which SD answers slower than no SD.
+
+    "Slower" is the median end-to-end latency (``e2e_speedup`` < 1); where the sweep has
+    latency objectives, a lower goodput than the baseline's at the same rate counts too.
+    """
+    base = {
+        (r.split, r.request_rate): r for r in summary.levels if r.open_loop and not r.is_speculative
+    }
+    lines = []
+    for config, split in dict.fromkeys(
+        (r.config, r.split) for r in summary.levels if r.open_loop and r.is_speculative
+    ):
+        rows = sorted(
+            (r for r in summary.levels if r.open_loop and (r.config, r.split) == (config, split)),
+            key=lambda r: r.request_rate or 0.0,
+        )
+        compared = [r for r in rows if r.e2e_speedup is not None]
+        if not compared:
+            continue
+
+        def loses(r: SummaryRow) -> bool:
+            other = base.get((r.split, r.request_rate))
+            worse_goodput = (
+                other is not None
+                and r.goodput_rps is not None
+                and other.goodput_rps is not None
+                and r.goodput_rps < other.goodput_rps
+            )
+            return (r.e2e_speedup or 0.0) < 1.0 or worse_goodput
+
+        losing = next((r for r in compared if loses(r)), None)
+        rates = f"{compared[0].request_rate:g}-{compared[-1].request_rate:g} req/s"
+        if losing is None:
+            lines.append(f"- {config} on {split}: SD pays at every measured rate ({rates})")
+        else:
+            lines.append(
+                f"- {config} on {split}: SD stops paying at {losing.request_rate:g} req/s "
+                f"(E2E speedup {_fmt(losing.e2e_speedup)}, goodput "
+                f"{_fmt(losing.goodput_rps, '.3f')} req/s; measured {rates})"
+            )
+    return lines
+
+
+SPREAD_FIGURES = (
+    ("output_throughput_tok_s", "tok/s", ".2f"),
+    ("e2e_p50_s", "E2E p50 (s)", ".2f"),
+    ("goodput_rps", "goodput req/s", ".3f"),
+    ("al_speed_bench_request_mean", "Average_AL", ".3f"),
+)
+
+
+def spread_table(summary: SweepSummary) -> list[str]:
+    """Markdown table: mean and 95 % Student-t interval over repeats, for levels repeated."""
+    rows = [r for r in summary.levels if r.repeats > 1]
+    if not rows:
+        return []
+    heads = " | ".join(title for _, title, _ in SPREAD_FIGURES)
+    lines = [
+        f"| config | split | load | repeats | {heads} |",
+        "|---|---|---|---|" + "---|" * len(SPREAD_FIGURES),
+    ]
+    for r in rows:
+        cells = []
+        for key, _, spec in SPREAD_FIGURES:
+            spread = r.spread.get(key)
+            if spread is None or spread.mean is None:
+                cells.append("-")
+            else:
+                low, high = _fmt(spread.low, spec), _fmt(spread.high, spec)
+                cells.append(f"{_fmt(spread.mean, spec)} [{low}, {high}]")
+        lines.append(f"| {r.config} | {r.split} | {r.load} | {r.repeats} | {' | '.join(cells)} |")
+    return lines
+
+
 def overestimate(summary: SweepSummary) -> list[str]:
     """Random-token SD throughput over real-text SD throughput, per bucket and SD config."""
-    by_key = {(r.config, r.split, r.batch_size): r for r in summary.levels}
+    by_key = {(r.config, r.split, r.load): r for r in summary.levels}
     lines = []
     for (config, split, bs), row in sorted(by_key.items()):
         if not row.is_speculative or split.endswith("_random"):
@@ -185,7 +299,7 @@ def overestimate(summary: SweepSummary) -> list[str]:
         if rnd and rnd.output_throughput_tok_s and row.output_throughput_tok_s:
             ratio = rnd.output_throughput_tok_s / row.output_throughput_tok_s
             lines.append(
-                f"- {config} on {split} at bs {bs}: random tokens give {ratio:.2f}x the SD "
+                f"- {config} on {split} at {bs}: random tokens give {ratio:.2f}x the SD "
                 f"throughput of real text (AL {_fmt(rnd.al_stream)} vs {_fmt(row.al_stream)})"
             )
     return lines
@@ -207,6 +321,11 @@ def render(results: Path, mlflow_uri: str | None = None) -> str:
             out += ["", BREAK_EVEN_NOTE]
         if lossless := lossless_table(qual):
             out += ["", "## Lossless check", "", *lossless, "", LOSSLESS_NOTE]
+    for name, summary in summaries.items():
+        if table := rate_table(summary):
+            out += ["", f"## Request rates ({name})", "", *table, "", *sd_stops_paying(summary)]
+        if table := spread_table(summary):
+            out += ["", f"## Spread over repeats ({name})", "", *table]
     thr = summaries.get("throughput")
     if thr:
         out += ["", "## Throughput split", "", *throughput_table(thr)]
@@ -214,7 +333,7 @@ def render(results: Path, mlflow_uri: str | None = None) -> str:
         if extra:
             out += ["", "Random-token control:", "", *extra]
     flagged = [
-        f"- {name}: {r.config} {r.split} bs{r.batch_size}: {r.host_warning}"
+        f"- {name}: {r.config} {r.split} {r.load}: {r.host_warning}"
         for name, summary in summaries.items()
         for r in summary.levels
         if r.host_flagged
@@ -239,7 +358,7 @@ def render(results: Path, mlflow_uri: str | None = None) -> str:
 
 
 SUMMARY_COLUMNS = {
-    "batch_size": "bs",
+    "load": "load",
     "output_throughput_tok_s": "tok/s",
     "al_speed_bench_request_mean": "AL speed_bench",
     "al_stream": "AL stream",
@@ -263,10 +382,16 @@ def format_summary(summary: SweepSummary) -> str:
         cats = sorted({c for r in sd_rows for c in r.al_speed_bench_by_category})
         width = max(7, *(len(c) for c in cats))
         lines += ["", "AL by category (speed_bench view: Category_AL, mean over questions)"]
-        lines.append(f"{'config':>{config_w}} {'bs':>4} " + " ".join(f"{c:>{width}}" for c in cats))
+        lines.append(
+            f"{'config':>{config_w}} {'load':>8} " + " ".join(f"{c:>{width}}" for c in cats)
+        )
         for r in sd_rows:
             cells = " ".join(_cell(r.al_speed_bench_by_category.get(c), width) for c in cats)
-            lines.append(f"{_row_name(r, summary):>{config_w}} {r.batch_size:>4} {cells}")
+            lines.append(f"{_row_name(r, summary):>{config_w}} {r.load:>8} {cells}")
+    if table := rate_table(summary):
+        lines += ["", *table, "", *sd_stops_paying(summary)]
+    if table := spread_table(summary):
+        lines += ["", *table]
     return "\n".join(lines)
 
 

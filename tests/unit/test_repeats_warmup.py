@@ -212,3 +212,17 @@ def test_a_rate_only_sweep_with_a_gamma_cap_and_slos_is_a_valid_form():
         },
     )
     assert config.objectives == {"ttft_s": 2.0, "e2e_s": 30.0}
+
+
+def test_the_throughput_table_compares_goodput_at_equal_slos_when_the_sweep_set_them():
+    from speedbench.report.text import throughput_table
+    from speedbench.results import SummaryRow, SweepSummary
+
+    figures = {"split": "q", "batch_size": 1, "per_user_tok_s": 1.0, "error_rate": 0.0}
+    figures |= {"output_throughput_tok_s": 2.0, "ttft_p50_s": 0.1, "tpot_p50_s": 0.3}
+    plain = SweepSummary(levels=[SummaryRow(config="none", **figures)])
+    assert throughput_table(plain)[0].endswith("| errors |")
+    slo = SummaryRow(config="none", goodput_rps=0.5, goodput_fraction=0.75, **figures)
+    lines = throughput_table(SweepSummary(levels=[slo]))
+    assert lines[0].endswith("| errors | goodput req/s (met) |") and lines[1] == "|---" * 8 + "|"
+    assert lines[2] == "| none | q | 1 | 2.00 | 1.00 | - | 0% | 0.500 (75%) |"

@@ -162,20 +162,23 @@ LOSSLESS_NOTE = (
 def throughput_table(summary: SweepSummary) -> list[str]:
     """Markdown table: throughput, per-user speed and speedup by config, split and batch size.
 
-    Closed-loop levels only; open-loop ones have :func:`rate_table`.
+    Closed-loop levels only; open-loop ones have :func:`rate_table`. Where the sweep set latency
+    objectives, goodput (requests/s meeting them, and their share) is a column too, so SD and
+    no SD compare at equal SLOs.
     """
-    lines = [
-        "| config | split | bs | tok/s | per-user tok/s | speedup | errors |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in summary.levels:
-        if r.open_loop:
-            continue
-        lines.append(
+    rows = [r for r in summary.levels if not r.open_loop]
+    slo = any(r.goodput_rps is not None for r in rows)
+    head = "| config | split | bs | tok/s | per-user tok/s | speedup | errors |"
+    lines = [head + (" goodput req/s (met) |" if slo else ""), "|" + "---|" * (8 if slo else 7)]
+    for r in rows:
+        line = (
             f"| {r.config} | {r.split} | {r.batch_size} | "
             f"{_fmt(r.output_throughput_tok_s)} | {_fmt(r.per_user_tok_s)} | "
             f"{_fmt(r.speedup, '.2f')} | {_fmt(r.error_rate, '.0%')} |"
         )
+        if slo:
+            line += f" {_fmt(r.goodput_rps, '.3f')} ({_fmt(r.goodput_fraction, '.0%')}) |"
+        lines.append(line)
     return lines
 
 

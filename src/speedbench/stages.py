@@ -88,21 +88,23 @@ def acceptance_views(row: SummaryRow) -> dict[str, dict[str, Any]]:
 
 
 def acceptance_metrics(summary: SweepSummary) -> dict[str, Any]:
-    """Per SD config, split and batch size: every acceptance view's AL, AR and AL by category.
+    """Per SD config, split and load point: every acceptance view's AL, AR and AL by category.
+
+    Keys are ``<config>/<split>/<load>``, the load ``bs<N>`` or ``rate<R>`` (requests/s).
 
     Values are rounded to 6 digits, far below any real change and above float noise in JSON.
     """
     return {
-        f"{row.config}/{row.split}/bs{row.batch_size}": _round(acceptance_views(row))
+        f"{row.config}/{row.split}/{row.load}": _round(acceptance_views(row))
         for row in summary.levels
         if row.is_speculative
     }
 
 
 def throughput_metrics(summary: SweepSummary) -> dict[str, Any]:
-    """Per config, split and batch size: output throughput, per-user speed and speedup."""
+    """Per config, split and load point: output throughput, per-user speed and speedup."""
     return {
-        f"{r.config}/{r.split}/bs{r.batch_size}": _round(
+        f"{r.config}/{r.split}/{r.load}": _round(
             {
                 "output_tok_s": r.output_throughput_tok_s,
                 "per_user_tok_s": r.per_user_tok_s,

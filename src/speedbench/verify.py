@@ -127,6 +127,10 @@ def _leaves(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:
 
 
 def _batch_size(level: str) -> int:
+    """The batch size of a ``<config>/<split>/bs<N>`` key.
+
+    0 for a request rate (``rate<R>``): its requests share engine steps as they arrive.
+    """
     tail = level.rsplit("/bs", 1)[-1]
     return int(tail) if tail.isdigit() else 0
 

@@ -42,3 +42,27 @@ def test_many_splits_get_separate_curves(tmp_path):
     levels = [r.model_copy(update={"split": s}) for r in SUMMARY.levels for s in splits]
     paths = write_plots(SweepSummary(levels=levels), tmp_path)
     assert len(paths) == 4
+
+
+def test_rate_levels_get_their_own_plot_and_stay_off_the_batch_size_curves(tmp_path):
+    from speedbench.report import plots
+
+    rates = [
+        COMMON
+        | {"config": c, "batch_size": 0, "request_rate": rate, "per_user_tok_s": 2.0}
+        | {"output_throughput_tok_s": 10 * rate, "e2e_p50_s": e2e, "goodput_rps": rate / 2}
+        for c, e2e in (("none", 5.0), ("draft_model-k3", 4.0))
+        for rate in (0.1, 0.2)
+    ]
+    summary = SweepSummary.model_validate({"levels": [*SUMMARY.levels, *rates]})
+    curves = plots._curves(summary, lambda r: True)
+    assert {r.batch_size for rows in curves.values() for r in rows} == {1, 4}
+    rate_curves = plots._curves(summary, lambda r: True, open_loop=True)
+    assert {k: [r.request_rate for r in v] for k, v in rate_curves.items()} == {
+        "no SD": [0.1, 0.2],
+        "draft_model-k3": [0.1, 0.2],
+    }
+    paths = write_plots(summary, tmp_path)
+    assert "rates.png" in [p.name for p in paths]
+    assert (tmp_path / "rates.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plots.plot_rates(SUMMARY, tmp_path / "none.png") is None

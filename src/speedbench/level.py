@@ -209,7 +209,7 @@ def measure_level(
         before = contention.snapshot()
         for repeat in range(settings.repeats if not warm_failed(warm) else 0):
             if cache_mode == "reset":
-                reset_prefix_cache(running.engine, running.adapter)
+                reset_cache(running, settings)
             runs.append(
                 run_load(
                     running.engine,
@@ -272,6 +272,19 @@ def measure_level(
         split=settings.split,
         request_rate=settings.request_rate,
     )
+
+
+def reset_cache(running: RunningEngine, settings: LoadSettings) -> None:
+    """Empty the engine's prefix cache; a reset that fails because the engine died says so.
+
+    Raises:
+        EngineError: The engine exited (with its exit code and log tail), or refused the reset.
+    """
+    try:
+        reset_prefix_cache(running.engine, running.adapter)
+    except EngineError:
+        check_alive(running, f"before measuring {settings.split} {level_load(settings)}")
+        raise
 
 
 def level_load(settings: LoadSettings) -> str:

@@ -63,6 +63,7 @@ class LoadFigures(Result):
     output_throughput_tok_s: Figure
     per_user_tok_s: Figure
     request_throughput_rps: Figure = None  # absent from files written before it
+    arrival_rate_rps: Figure = None  # open loop: the rate requests were really due at
     ttft_s: Distribution
     tpot_s: Distribution
     itl_s: Distribution
@@ -282,6 +283,7 @@ class SummaryRow(Result):
     tpot_p50_s: Figure
     e2e_p50_s: Figure = None
     request_throughput_rps: Figure = None
+    arrival_rate_rps: Figure = None
     # Requests that met the sweep's latency objectives, per second and as a share (None: no SLO).
     goodput_rps: Figure = None
     goodput_fraction: Figure = None
@@ -359,6 +361,7 @@ class SummaryRow(Result):
             tpot_p50_s=o.load.tpot_s.p50,
             e2e_p50_s=o.load.e2e_s.p50,
             request_throughput_rps=o.load.request_throughput_rps,
+            arrival_rate_rps=o.load.arrival_rate_rps,
         )
         if metrics.goodput is not None:
             row.goodput_rps = metrics.goodput.rate_rps

@@ -99,6 +99,7 @@ class LoadSummary:
     output_throughput_tok_s: float
     per_user_tok_s: float
     request_throughput_rps: float
+    arrival_rate_rps: float
     ttft_s: Distribution
     tpot_s: Distribution
     itl_s: Distribution
@@ -117,6 +118,7 @@ class LoadSummary:
                 "output_throughput_tok_s",
                 "per_user_tok_s",
                 "request_throughput_rps",
+                "arrival_rate_rps",
             )
         }
         for k in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
@@ -136,6 +138,22 @@ def measured_duration_s(records: Sequence[RequestRecord]) -> float:
     return sum(
         max(r.end_s for r in group) - min(map(arrival_s, group)) for group in by_repeat.values()
     )
+
+
+def arrival_rate_rps(records: Sequence[RequestRecord]) -> float:
+    """The rate requests were due at in an open loop: (due times - 1) over their span.
+
+    Per repeat, summed like the level's time; NaN in a closed loop or with fewer than two due
+    times. A few draws from a Poisson process can run well off its nominal rate, so the report
+    shows this beside the rate asked for.
+    """
+    due: dict[int, list[float]] = {}
+    for r in records:
+        if r.scheduled_s is not None:
+            due.setdefault(r.repeat, []).append(r.scheduled_s)
+    gaps = sum(len(d) - 1 for d in due.values())
+    span = sum(max(d) - min(d) for d in due.values())
+    return gaps / span if gaps and span > 0 else float("nan")
 
 
 def summarize_load(records: Sequence[RequestRecord]) -> LoadSummary:
@@ -160,6 +178,7 @@ def summarize_load(records: Sequence[RequestRecord]) -> LoadSummary:
         output_throughput_tok_s=tokens / duration if duration > 0 else float("nan"),
         per_user_tok_s=1.0 / tpot.mean if tpot.count and tpot.mean > 0 else float("nan"),
         request_throughput_rps=len(ok) / duration if duration > 0 else float("nan"),
+        arrival_rate_rps=arrival_rate_rps(records),
         ttft_s=Distribution.of([ttft_s(r) for r in ok]),
         tpot_s=tpot,
         itl_s=Distribution.of([x for r in ok for x in itls_s(r)]),

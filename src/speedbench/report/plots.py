@@ -86,14 +86,20 @@ def plot_pareto(summary: SweepSummary, path: str | Path) -> Path | None:
 
 
 def plot_al_heatmap(summary: SweepSummary, path: str | Path) -> Path | None:
-    """Acceptance length per category (columns) for every SD configuration level (rows)."""
-    rows = [r for r in summary.levels if r.al_by_category]
+    """Acceptance length per category (columns) for every SD configuration level (rows).
+
+    Cells are SPEED-Bench's Category_AL (the ``speed_bench`` view); levels measured before that
+    view existed fall back to the stream view, and the title says which it is.
+    """
+    rows = [r for r in summary.levels if r.al_speed_bench_by_category or r.al_by_category]
     if not rows:
         return None
+    legacy = not all(r.al_speed_bench_by_category for r in rows)
+    by_cat = [r.al_by_category if legacy else r.al_speed_bench_by_category for r in rows]
     many = summary.many_splits
-    cats = sorted({c for r in rows for c in r.al_by_category})
+    cats = sorted({c for cells in by_cat for c in cells})
     names = [f"{_name(r, many)} {r.load}" for r in rows]
-    grid = [[r.al_by_category.get(c) or float("nan") for c in cats] for r in rows]
+    grid = [[cells.get(c) or float("nan") for c in cats] for cells in by_cat]
     fig, ax = plt.subplots(figsize=(1.0 + 0.8 * len(cats), 1.2 + 0.45 * len(rows)))
     im = ax.imshow(grid, cmap="viridis", aspect="auto")
     ax.set_xticks(range(len(cats)), cats, rotation=40, ha="right")
@@ -103,7 +109,8 @@ def plot_al_heatmap(summary: SweepSummary, path: str | Path) -> Path | None:
             if v == v:  # not NaN
                 ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w", fontsize=8)
     fig.colorbar(im, ax=ax, label="acceptance length")
-    ax.set_title("Acceptance length by category")
+    view = "stream view, token-weighted" if legacy else "speed_bench view: Category_AL"
+    ax.set_title(f"Acceptance length by category ({view})")
     return _save(fig, path)
 
 

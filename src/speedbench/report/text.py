@@ -185,6 +185,8 @@ def throughput_table(summary: SweepSummary) -> list[str]:
 def rate_table(summary: SweepSummary) -> list[str]:
     """Markdown table of the open-loop levels: what each request rate did to latency and goodput.
 
+    ``arrived`` is the rate requests were really due at (a few Poisson draws can run well off
+    the rate asked for); ``served`` is requests finished over the level's time.
     ``E2E speedup`` is the baseline's median end-to-end latency over the level's at the same
     rate; goodput is the requests per second that met every latency objective of the sweep.
     """
@@ -195,13 +197,14 @@ def rate_table(summary: SweepSummary) -> list[str]:
     if not rows:
         return []
     lines = [
-        "| config | split | rate (req/s) | served req/s | tok/s | TTFT p50 (s) | TPOT p50 (s) | "
-        "E2E p50 (s) | E2E speedup | goodput req/s | met SLOs | errors |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| config | split | rate (req/s) | arrived req/s | served req/s | tok/s | TTFT p50 (s) | "
+        "TPOT p50 (s) | E2E p50 (s) | E2E speedup | goodput req/s | met SLOs | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         cells = [
             f"{r.request_rate:g}",
+            _fmt(r.arrival_rate_rps, ".3f"),
             _fmt(r.request_throughput_rps, ".3f"),
             _fmt(r.output_throughput_tok_s),
             _fmt(r.ttft_p50_s),

@@ -407,11 +407,10 @@ class SweepConfig(StrictModel):
             )
         open_loop = bool(rates or self.rate_sweep)
         if not open_loop:
-            set_here = [
-                name
-                for name in ("max_concurrency", "arrival", "burstiness")
-                if name in self.model_fields_set
-            ]
+            # By value, not by what was given: the Prefect form and a dumped config send every
+            # field, defaults included.
+            defaults = {"max_concurrency": None, "arrival": "poisson", "burstiness": 1.0}
+            set_here = [name for name, value in defaults.items() if getattr(self, name) != value]
             if set_here:
                 raise ValueError(
                     f"{', '.join(set_here)} apply to open-loop levels only; give "

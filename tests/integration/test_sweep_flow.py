@@ -156,13 +156,15 @@ def test_the_cli_runs_the_same_sweep_to_the_same_summary(swept, tmp_path, capsys
     # What else ran on the host during each level is an observation, not the runner's doing: a
     # level may be flagged in one run and not the other.
     observed = {"host_others_fraction", "host_flagged", "host_warning"}
-    needs_baseline = {"speedup", "lossless"}
+    needs_baseline = {"speedup", "e2e_speedup", "lossless"}
     flow_rows = [r.model_dump(exclude=observed) for r in flow_summary.levels if r.config != "none"]
     cli_rows = [r.model_dump(exclude=observed) for r in cli_summary.levels]
     assert [sorted(r) for r in cli_rows] == [sorted(r) for r in flow_rows]
-    # No baseline in this sweep: no speedup, no lossless check.
-    assert [(r["speedup"], r["lossless"]) for r in cli_rows] == [(None, None)] * 2
-    assert all(r["speedup"] is not None for r in flow_rows)
+    # No baseline in this sweep: no speedups, no lossless check.
+    assert [(r["speedup"], r["e2e_speedup"], r["lossless"]) for r in cli_rows] == [
+        (None, None, None)
+    ] * 2
+    assert all(r["speedup"] is not None and r["e2e_speedup"] is not None for r in flow_rows)
     assert [{k: type(v) for k, v in r.items() if k not in needs_baseline} for r in cli_rows] == [
         {k: type(v) for k, v in r.items() if k not in needs_baseline} for r in flow_rows
     ]

@@ -259,3 +259,11 @@ def test_the_arrival_rate_is_the_due_times_own_per_repeat():
     assert arrival_rate_rps(records) == pytest.approx(3 / 5)
     assert summarize_load(records).arrival_rate_rps == pytest.approx(0.6)
     assert math.isnan(arrival_rate_rps([rec("a", 0.0), rec("b", 1.0)]))  # closed loop
+
+
+def test_a_form_that_sends_every_field_with_its_default_is_valid():
+    # The Prefect form and a dumped config give every field, the open-loop ones included.
+    full = SweepConfig().model_dump()
+    assert load_config(SweepConfig, full) == SweepConfig()
+    with pytest.raises(ConfigError, match="arrival apply to open-loop levels only"):
+        load_config(SweepConfig, {**full, "arrival": "constant"})

@@ -37,7 +37,7 @@ def test_offsets_start_at_zero_and_are_the_cumulative_gaps():
     offsets = arrival_offsets(4, 2.0, "constant")
     assert offsets == [0.0, 0.5, 1.0, 1.5]
     seeded = arrival_offsets(5, 3.0, "poisson", seed=11)
-    assert seeded == arrival_offsets(5, 3.0, "poisson", seed=11)  # the same every repeat
+    assert seeded == arrival_offsets(5, 3.0, "poisson", seed=11)  # the same every run
     assert seeded != arrival_offsets(5, 3.0, "poisson", seed=12)
     assert seeded[0] == 0.0 and seeded == sorted(seeded)
     assert np.diff(seeded).tolist() == pytest.approx(arrival_gaps(4, 3.0, seed=11).tolist())

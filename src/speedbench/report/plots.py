@@ -40,7 +40,7 @@ def _curves(
         if r.open_loop == open_loop and keep(r):
             curves[_name(r, many)].append(r)
     for rows in curves.values():
-        rows.sort(key=lambda r: r.request_rate or 0.0 if open_loop else r.batch_size)
+        rows.sort(key=lambda r: (r.request_rate or 0.0) if open_loop else r.batch_size)
     return curves
 
 

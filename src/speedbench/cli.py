@@ -81,7 +81,7 @@ def _report(args: argparse.Namespace) -> None:
 
 def _verify_reference(args: argparse.Namespace) -> None:
     from speedbench.stages import ACCEPTANCE_FILE, PROVENANCE_FILE, THROUGHPUT_FILE
-    from speedbench.verify import EXACT, overall, verify
+    from speedbench.verify import EXACT, NOT_COMPARABLE, overall, verify
 
     ref_root, new_root = Path(args.reference), Path(args.results)
     stages = sorted(p.parent.name for p in ref_root.glob(f"*/{ACCEPTANCE_FILE}"))
@@ -110,14 +110,20 @@ def _verify_reference(args: argparse.Namespace) -> None:
     for v in verdicts:
         if v.verdict != EXACT:
             print(v.line())
-    counts = {kind: sum(v.verdict == kind for v in verdicts) for kind in (EXACT, "reproduced")}
-    counts["not_reproduced"] = len(verdicts) - sum(counts.values())
+    kinds = (EXACT, "reproduced", "not_reproduced", NOT_COMPARABLE)
+    counts = {kind: sum(v.verdict == kind for v in verdicts) for kind in kinds}
+    counts = {kind: n for kind, n in counts.items() if n or kind != NOT_COMPARABLE}
     verdict = overall(verdicts)
     tally = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in counts.items())
     print(f"verdict: {verdict.replace('_', ' ')} against {ref_root} ({', '.join(stages)}: {tally})")
     if verdict == EXACT:
         print(f"acceptance matches the reference exactly ({', '.join(stages)})")
-    if verdict == "not_reproduced":
+    if verdict == NOT_COMPARABLE:
+        print(
+            "the reference was generated under another protocol: measure with its protocol "
+            "(params.yaml) to compare, or commit a reference of this one"
+        )
+    if verdict in ("not_reproduced", NOT_COMPARABLE):
         raise SystemExit(1)
 
 

@@ -334,6 +334,13 @@ def run_grid(
         "dtype": engine.dtype,
         "engine_versions": {},
         "host_cpu": cpu_info().as_dict(),
+        # What was generated: acceptance of two runs compares only under the same protocol.
+        "protocol": {
+            "max_tokens": base.max_tokens,
+            "ignore_eos": base.ignore_eos,
+            "temperature": base.temperature,
+            "max_turns": max((i.num_turns for s in items.values() for i in s), default=1),
+        },
     }
     cap = base.max_concurrency or 0
 

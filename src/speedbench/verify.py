@@ -26,6 +26,9 @@ import numpy as np
 from speedbench.metrics.bootstrap import Interval, bootstrap_ci
 
 EXACT, REPRODUCED, NOT_REPRODUCED = "exact", "reproduced", "not_reproduced"
+NOT_COMPARABLE = "not_comparable"
+# What a run generated, as its provenance records it under "protocol".
+PROTOCOL_KEYS = ("max_tokens", "ignore_eos", "temperature", "max_turns")
 # Keys of acceptance.json before the views were named, and the view each figure was in.
 LEGACY_KEYS = {"al_stream", "al_counters", "conditional_ar", "al_by_category"}
 
@@ -95,6 +98,21 @@ def exact_contract(reference: dict[str, Any], fresh: dict[str, Any]) -> tuple[bo
     ):
         diffs.append("engine version")
     return (not diffs), "; ".join(diffs)
+
+
+def protocol_difference(reference: dict[str, Any], fresh: dict[str, Any]) -> str:
+    """How the generation protocols of two runs differ ('' if alike or not both recorded).
+
+    References written before the protocol was recorded carry none; they are judged as before.
+    """
+    ref, new = reference.get("protocol"), fresh.get("protocol")
+    if not ref or not new:
+        return ""
+    return "; ".join(
+        f"{key} {ref.get(key)} vs {new.get(key)}"
+        for key in PROTOCOL_KEYS
+        if ref.get(key) != new.get(key)
+    )
 
 
 def paired_interval(
@@ -204,6 +222,12 @@ def verify(
 ) -> list[FigureVerdict]:
     """Verdicts of every figure of every level of two acceptance.json mappings."""
     reference, fresh = upgrade(reference), upgrade(fresh)
+    protocol = protocol_difference(reference_provenance, fresh_provenance)
+    if protocol:
+        return [
+            FigureVerdict(level, "*", "", "", NOT_COMPARABLE, f"generation protocol: {protocol}")
+            for level in sorted(set(reference) & set(fresh))
+        ]
     holds, why = exact_contract(reference_provenance, fresh_provenance)
     if holds:
         why = ""
@@ -224,8 +248,10 @@ def verify(
 
 
 def overall(verdicts: list[FigureVerdict]) -> str:
-    """``exact`` if every figure is, ``not_reproduced`` if any is, else ``reproduced``."""
+    """The first of not_comparable, not_reproduced, reproduced that any figure has, else exact."""
     kinds = {v.verdict for v in verdicts}
+    if NOT_COMPARABLE in kinds:
+        return NOT_COMPARABLE
     if NOT_REPRODUCED in kinds or not verdicts:
         return NOT_REPRODUCED
     return REPRODUCED if REPRODUCED in kinds else EXACT

@@ -133,6 +133,13 @@ def test_baseline_first_one_launch_per_config_and_speedups_as_levels_land(tmp_pa
         "avx512",
         "avx2",
     )
+    # The defaults of LoadSettings, and ITEMS' single turns: what verify-reference compares.
+    assert summary.provenance["protocol"] == {
+        "max_tokens": 96,
+        "ignore_eos": True,
+        "temperature": 0.0,
+        "max_turns": 1,
+    }
     assert SweepSummary.read(tmp_path / "summary.json") == summary.model_copy(update={})
 
 

@@ -103,3 +103,47 @@ def test_a_reference_without_questions_cannot_vouch_for_a_difference():
     assert overall(verdicts) == "not_reproduced"
     (stream,) = [v for v in verdicts if v.figure == "stream.al_token_weighted"]
     assert "no per-question data in the reference" in stream.detail
+
+
+EOS_64 = {"max_tokens": 64, "ignore_eos": False, "temperature": 0.0, "max_turns": 1}
+
+
+def test_another_generation_protocol_is_not_comparable_even_with_equal_figures(tmp_path, capsys):
+    forced = {**EOS_64, "ignore_eos": True, "max_tokens": 1024}
+    ref_prov, new_prov = {**FP32_AVX2, "protocol": EOS_64}, {**FP32_AVX2, "protocol": forced}
+    acceptance = {"ngram-k3/q/bs4": level(BASE)}
+    verdicts = verify(acceptance, acceptance, ref_prov, new_prov)
+    assert [v.verdict for v in verdicts] == ["not_comparable"]
+    assert verdicts[0].detail == (
+        "generation protocol: max_tokens 64 vs 1024; ignore_eos False vs True"
+    )
+    assert overall(verdicts) == "not_comparable"
+    # The same protocol on both sides is judged figure by figure as before.
+    same = verify(acceptance, acceptance, ref_prov, {**FP32_AVX2, "protocol": dict(EOS_64)})
+    assert overall(same) == "exact"
+
+    for name, prov in (("ref", ref_prov), ("new", new_prov)):
+        stage = tmp_path / name / "qualitative"
+        stage.mkdir(parents=True)
+        (stage / "acceptance.json").write_text(json.dumps(acceptance))
+        (stage / "provenance.json").write_text(json.dumps(prov))
+    with pytest.raises(SystemExit) as exit_:
+        main(
+            [
+                "verify-reference",
+                "--reference",
+                str(tmp_path / "ref"),
+                "--results",
+                str(tmp_path / "new"),
+            ]
+        )
+    assert exit_.value.code == 1
+    out = capsys.readouterr().out
+    assert "verdict: not comparable" in out and "1 not comparable" in out
+    assert "measure with its protocol" in out
+
+
+def test_a_reference_without_a_recorded_protocol_is_judged_on_its_figures():
+    acceptance = {"ngram-k3/q/bs4": level(BASE)}
+    verdicts = verify(acceptance, acceptance, FP32_AVX2, {**FP32_AVX2, "protocol": EOS_64})
+    assert overall(verdicts) == "exact"

@@ -14,6 +14,7 @@ from prefect import serve
 
 from flows.build_splits import build_splits
 from flows.category_table import category_table
+from flows.pool import pool_sweep
 from flows.report import report
 from flows.sweep import sweep
 
@@ -24,6 +25,12 @@ def main() -> None:
         sweep.to_deployment(
             name="sweep",
             description="SD methods x draft lengths x batch sizes x splits, tracked in MLflow.",
+            tags=["speedbench"],
+        ),
+        pool_sweep.to_deployment(
+            name="pool-sweep",
+            description="The same sweep, its SD configurations in parallel on a work pool's "
+            "engine hosts (python -m flows.pool deploy, then a worker per host).",
             tags=["speedbench"],
         ),
         build_splits.to_deployment(name="build_splits", tags=["speedbench"]),

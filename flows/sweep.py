@@ -11,6 +11,8 @@ sweep ends with tables and plots on the parent run.
 from __future__ import annotations
 
 import json
+import os
+import socket
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,13 +23,14 @@ from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import EngineConfig, SpecConfig, SweepConfig
 from speedbench.engines.launchers import OpenEngine
 from speedbench.engines.running import RunningEngine
+from speedbench.host import ENGINE_CPUS_ENV
 from speedbench.level import LevelResult, validate_items
 from speedbench.plan import dataset_revision, sweep_items
 from speedbench.results import SummaryRow, SweepSummary
-from speedbench.sweep import GridPoint, SweepHooks, finished_on_disk, run_sweep
+from speedbench.sweep import GridPoint, SweepHooks, finished_on_disk, run_sweep, stamp_identity
 from speedbench.tokenize import PromptTokenizer
 from tasks.engine import start_engine
-from tasks.level import log_failure, log_level, run_level
+from tasks.level import LEVEL_ARTIFACTS, log_failure, log_level, run_level
 from tasks.splits import provision_model
 from tasks.summary import close_sweep, write_category_table
 from tasks.tracking import Tracker
@@ -68,12 +71,21 @@ class TrackedHooks(SweepHooks):
         self.version = "unknown"
 
     def resumed(self, point: GridPoint) -> LevelResult | None:
-        """Kept when finished in MLflow and still on disk with the same identity."""
+        """Kept when finished in MLflow with the same identity: from disk, else downloaded.
+
+        A level measured on another host (a work-pool worker) has its records and metrics
+        only in the tracking server's artifact store; they are fetched into the level's folder.
+        """
         run_id = self.done.get(point.identity_hash)
-        kept = finished_on_disk(point) if run_id else None
+        if run_id is None:
+            return None
+        kept = finished_on_disk(point)
+        if kept is None and self.tracker.download(run_id, LEVEL_ARTIFACTS, point.directory):
+            stamp_identity(point)
+            kept = finished_on_disk(point)
         if kept is not None:
             print(f"skip {point.name}: completed in MLflow run {run_id}")
-            self.resumed_runs.append(run_id)  # type: ignore[arg-type]
+            self.resumed_runs.append(run_id)
         return kept
 
     def start_engine(self, engine: EngineConfig, spec: SpecConfig, log_path: Path) -> OpenEngine:
@@ -101,7 +113,12 @@ class TrackedHooks(SweepHooks):
         revision = dataset_revision(
             point.split, self.config.data_dir, prompt_file=self.config.prompt_file
         )
-        extra = {"engine_version": self.version, "dataset_revision": revision}
+        extra = {
+            "engine_version": self.version,
+            "dataset_revision": revision,
+            # Which host measured it: in a pool sweep, the worker's (its engine cores).
+            "engine_host": f"{socket.gethostname()}:{os.environ.get(ENGINE_CPUS_ENV) or 'all'}",
+        }
         log_path = point.directory.parents[1] / "engine.log"
         log_level(
             self.tracker,
@@ -127,13 +144,21 @@ class TrackedHooks(SweepHooks):
         )
 
 
-@flow(name="sweep", log_prints=True)
-def sweep(config: SweepConfig = EMBEDDED_SWEEP) -> SweepSummary:
-    """Measure a grid of SD configurations on one target; returns the sweep summary."""
+def prepared(
+    config: SweepConfig,
+) -> tuple[str, PromptTokenizer, dict[str, list[WorkItem]], str | None]:
+    """The target's weights and tokenizer, the checked prompts and the draft's weights."""
     target = provision_model(config.model, config.dtype)
     tokenizer = PromptTokenizer.from_pretrained(target)
     items = prepare_prompts(config, tokenizer)
     draft = provision_model(config.draft_model, config.dtype) if config.draft_model else None
+    return target, tokenizer, items, draft
+
+
+@flow(name="sweep", log_prints=True)
+def sweep(config: SweepConfig = EMBEDDED_SWEEP) -> SweepSummary:
+    """Measure a grid of SD configurations on one target; returns the sweep summary."""
+    target, tokenizer, items, draft = prepared(config)
     tracker = Tracker(config.tracking_uri, config.experiment)
     parent = tracker.start_parent(config.name, json.loads(config.model_dump_json()))
     hooks = TrackedHooks(config, tracker, parent)
@@ -162,7 +187,6 @@ def main(argv: list[str] | None = None) -> int:
     130 interrupted (run it again to resume: finished levels are kept).
     """
     import argparse
-    import os
 
     from speedbench.config import load_config, read_config_file
     from speedbench.errors import finish

@@ -19,6 +19,9 @@ from speedbench.results import SummaryRow, load_key, tracking_scalars
 from speedbench.tokenize import PromptTokenizer
 from tasks.tracking import Tracker
 
+# What a level's run carries, and what a host without its folder fetches to resume it.
+LEVEL_ARTIFACTS = ("records.parquet", "metrics.json")
+
 
 @task(cache_policy=NO_CACHE)
 def run_level(
@@ -55,7 +58,7 @@ def log_level(
     if row.lossless is not None and row.lossless.match_rate is not None:
         scalars["lossless_match_rate"] = row.lossless.match_rate
     name = f"{level.label} {level.split} {load_key(level.batch_size, level.request_rate)}"
-    files = [level.directory / "records.parquet", level.directory / "metrics.json"]
+    files = [level.directory / name for name in LEVEL_ARTIFACTS]
     failed = level.failed
     if failed and engine_log is not None:
         files.append(engine_log)

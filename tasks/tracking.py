@@ -9,6 +9,7 @@ environment is never logged at all.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,10 @@ class Tracker:
     """The MLflow side of one sweep."""
 
     def __init__(self, tracking_uri: str | None, experiment: str, store: Path = DEFAULT_STORE):
-        self.uri = tracking_uri or default_tracking_uri(store)
+        # The form's URI, else MLflow's own variable (how pool workers learn the team's server).
+        self.uri = (
+            tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(store)
+        )
         self.client = MlflowClient(self.uri)
         found = self.client.get_experiment_by_name(experiment)
         if found is not None:
@@ -150,6 +154,28 @@ class Tracker:
             max_results=50000,
         )
         return {r.data.tags[CONFIG_HASH_TAG]: r.info.run_id for r in runs}
+
+    def download(self, run_id: str, names: Iterable[str], directory: Path) -> bool:
+        """Fetch a run's top-level artifacts into ``directory``; False if any is missing.
+
+        How a level measured on another host (a pool worker) reaches this one: through the
+        tracking server's artifact store, never as a path on the machine that measured it.
+        """
+        from mlflow.exceptions import MlflowException
+
+        directory.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            try:
+                self.client.download_artifacts(run_id, name, str(directory))
+            except (MlflowException, OSError):
+                return False
+            if not (directory / name).exists():
+                return False
+        return True
+
+    def param(self, run_id: str, key: str) -> str | None:
+        """One param of a run (None if it has none by that key)."""
+        return self.client.get_run(run_id).data.params.get(key)
 
     def children(self, parent_id: str) -> list[Any]:
         """Configuration runs of a sweep."""

@@ -127,6 +127,19 @@ def _verify_reference(args: argparse.Namespace) -> None:
         raise SystemExit(1)
 
 
+def _stores(args: argparse.Namespace) -> None:
+    from speedbench.stores import StorePorts, TeamStores
+
+    ports = StorePorts(args.postgres_port, args.mlflow_port, args.prefect_port)
+    stores = TeamStores(args.root, ports)
+    if args.action == "stop":
+        stores.stop()
+        print(f"stopped the stores under {stores.root}")
+        return
+    for name, value in stores.start(prefect=not args.no_prefect).items():
+        print(f"export {name}={value}")
+
+
 def _build_qualitative(args: argparse.Namespace) -> None:
     from speedbench.data.qualitative import QualitativeParams, build_qualitative, format_report
 
@@ -271,6 +284,15 @@ def build_parser() -> argparse.ArgumentParser:
     vr.add_argument("--reference", default="results/reference/default")
     vr.add_argument("--results", default="results/metrics", help="fresh metrics to compare")
     vr.set_defaults(func=_verify_reference)
+
+    st = sub.add_parser("stores", help="a team's PostgreSQL, MLflow and Prefect servers")
+    st.add_argument("action", choices=["start", "stop"])
+    st.add_argument("--root", default=".cache/stores", help="data, logs and the password file")
+    st.add_argument("--postgres-port", type=int, default=5433)
+    st.add_argument("--mlflow-port", type=int, default=5000)
+    st.add_argument("--prefect-port", type=int, default=4200)
+    st.add_argument("--no-prefect", action="store_true", help="PostgreSQL and MLflow only")
+    st.set_defaults(func=_stores)
 
     q = sub.add_parser("build-qualitative", help="build the diversity-selected qualitative split")
     q.add_argument("--params", default=None, help="params.yaml; its qualitative: section is used")

@@ -353,7 +353,9 @@ class SweepConfig(StrictModel):
     data_dir: str = Field(default="data", description="Where the built splits are.")
     out_dir: str = Field(default="results/sweeps", description="Where records and plots go.")
     tracking_uri: str | None = Field(
-        default=None, description="MLflow tracking URI (default: SQLite file in the project)."
+        default=None,
+        description="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else a SQLite file in "
+        "the project).",
     )
     experiment: str = Field(default="speedbench", description="MLflow experiment name.")
     force: bool = Field(default=False, description="Re-run configurations that already completed.")

@@ -25,6 +25,7 @@ from speedbench.engines.base import EngineError
 from speedbench.level import HostBusyError
 from speedbench.models import ProvisionError
 from speedbench.pypi import FetchError
+from speedbench.stores import StoreError
 from speedbench.tokenize import TokenizationError
 
 # Failures a user can cause and fix; anything else is a bug and keeps its traceback.
@@ -38,6 +39,7 @@ EXPECTED_ERRORS: tuple[type[Exception], ...] = (
     PromptSetError,
     ProvisionError,
     SourceError,
+    StoreError,
     ThroughputError,
     TokenizationError,
 )

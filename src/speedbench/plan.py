@@ -127,6 +127,31 @@ def load_settings(sweep: SweepConfig) -> LoadSettings:
     )
 
 
+def per_config_forms(config: SweepConfig) -> list[tuple[str, SweepConfig]]:
+    """One sweep form per SD configuration: (its label, the form one pool worker measures).
+
+    Each child writes under its own folder (two workers may share a disk). With a rate sweep
+    the SD children list the baseline too: its levels, measured by the first wave, are resumed
+    from MLflow, and the swept rates follow from them.
+    """
+    out = []
+    for spec in config.spec_configs():
+        fields: dict[str, Any] = {
+            "out_dir": str(Path(config.out_dir) / config.name / "workers" / spec.label),
+            "draft_cost": False,
+        }
+        if spec.is_speculative:
+            fields |= {
+                "methods": [spec.method],
+                "draft_lengths": [spec.num_speculative_tokens],
+                "baseline": bool(config.rate_sweep) and config.baseline,
+            }
+        else:
+            fields |= {"methods": ["none"], "draft_lengths": [], "baseline": True}
+        out.append((spec.label, SweepConfig.model_validate(config.model_dump() | fields)))
+    return out
+
+
 def config_identity(
     sweep: SweepConfig,
     engine: EngineConfig,

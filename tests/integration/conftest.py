@@ -85,6 +85,18 @@ def harness(tmp_path_factory):
         yield
 
 
+def default_sigint() -> None:
+    """A child's ``preexec_fn``: Ctrl-C does what it does in a terminal.
+
+    A process started in the background by a non-interactive shell (a CI runner's ``cmd &``)
+    ignores SIGINT, its children inherit that, and Python then installs no KeyboardInterrupt
+    handler: a test that interrupts a child would see it carry on.
+    """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def engine_pids(port: int) -> list[int]:
     """Processes of a local engine server listening on ``port`` (from their command lines)."""
     pids = []

@@ -22,7 +22,7 @@ import textwrap
 import time
 
 import pytest
-from tests.integration.conftest import our_containers
+from tests.integration.conftest import default_sigint, our_containers
 
 from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import EngineConfig, SpecConfig
@@ -174,7 +174,7 @@ def test_ctrl_c_while_starting_removes_the_container(tiny_pair, tmp_path):
             pass
         """
     )
-    proc = subprocess.Popen([sys.executable, "-c", script])
+    proc = subprocess.Popen([sys.executable, "-c", script], preexec_fn=default_sigint)
     deadline = time.monotonic() + 120
     while not our_containers():
         assert proc.poll() is None and time.monotonic() < deadline

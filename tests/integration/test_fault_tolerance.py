@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
-from tests.integration.conftest import engine_pids, group_members
+from tests.integration.conftest import default_sigint, engine_pids, group_members
 
 from speedbench.config import SweepConfig
 from speedbench.engines.local import free_port
@@ -171,7 +171,9 @@ def test_ctrl_c_then_resume_runs_each_configuration_once(tiny_pair, tmp_path):
     cmd = [sys.executable, "-m", "flows.sweep", "--config", str(path)]
     second_engine_log = tmp_path / "out" / "resume" / "ngram-k3" / "engine.log"
 
-    first = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True, preexec_fn=default_sigint
+    )
     deadline = time.monotonic() + 600
     while not second_engine_log.exists() and first.poll() is None:
         assert time.monotonic() < deadline, "the second configuration never started"

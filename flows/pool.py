@@ -110,6 +110,7 @@ class GatherHooks(TrackedHooks):
         super().__init__(config, tracker, parent)
         self.ended = ended
         self.versions: dict[str, str] = {}
+        self.hosts: dict[str, str] = {}
         self.logged_failures = {
             r.data.tags.get("speedbench.config_hash")
             for r in tracker.children(parent)
@@ -121,7 +122,9 @@ class GatherHooks(TrackedHooks):
         kept = super().resumed(point)
         if kept is not None:
             run_id = self.done[point.identity_hash]
-            self.versions[point.spec.label] = self.tracker.param(run_id, "engine_version") or "?"
+            params = self.tracker.params(run_id)
+            self.versions[point.spec.label] = params.get("engine_version", "?")
+            self.hosts[point.spec.label] = params.get("engine_host", "?")
         return kept
 
     def start_engine(self, engine: EngineConfig, spec: SpecConfig, log_path: Path) -> OpenEngine:
@@ -161,8 +164,9 @@ def gather(
         request_rates=config.request_rates,
         rate_sweep=config.rate_sweep,
     )
-    summary.provenance["engine_versions"] = hooks.versions
-    summary.provenance["host_cpu"] = "per worker: each level's MLflow run"
+    # Each configuration ran on its worker's host: the parent's own CPU says nothing about them.
+    summary.provenance.pop("host_cpu", None)
+    summary.provenance |= {"engine_versions": hooks.versions, "engine_hosts": hooks.hosts}
     return summary
 
 

@@ -173,9 +173,9 @@ class Tracker:
                 return False
         return True
 
-    def param(self, run_id: str, key: str) -> str | None:
-        """One param of a run (None if it has none by that key)."""
-        return self.client.get_run(run_id).data.params.get(key)
+    def params(self, run_id: str) -> dict[str, str]:
+        """The params of a run."""
+        return dict(self.client.get_run(run_id).data.params)
 
     def children(self, parent_id: str) -> list[Any]:
         """Configuration runs of a sweep."""

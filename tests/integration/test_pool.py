@@ -35,6 +35,7 @@ from tests.integration.conftest import default_sigint, engine_pids
 
 from speedbench.config import SweepConfig
 from speedbench.engines.local import free_port
+from speedbench.report.text import format_summary
 from speedbench.stores import StorePorts, TeamStores
 
 pytestmark = pytest.mark.integration
@@ -219,6 +220,8 @@ def test_both_workers_measured_at_once(pool):
     )
     hosts = {r.data.params["engine_host"].rsplit(":", 1)[-1] for r in levels}
     assert hosts == {"0", "1"}, hosts  # each worker measured at least one configuration
+    gathered = {h.rsplit(":", 1)[-1] for h in first.provenance["engine_hosts"].values()}
+    assert gathered == {"0", "1"} and "host_cpu" not in first.provenance
     first_wave = sorted((r for r in runs if r.start_time), key=lambda r: r.start_time)[:2]
     a, b = first_wave
     assert a.start_time < b.end_time and b.start_time < a.end_time  # their windows overlap
@@ -269,3 +272,5 @@ def test_the_rerun_dispatches_only_the_lost_configuration(pool):
     assert {r.config: r.al_stream for r in second.levels if r.config != "none"} == {
         f"draft_model-k{k}": k + 1 for k in KS
     }
+    table = format_summary(second)  # what the CLI prints at the end of a sweep
+    assert all(f"draft_model-k{k}" in table for k in KS) and "none" in table

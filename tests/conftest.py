@@ -28,7 +28,6 @@ TIMINGS_ENV = "SPEEDBENCH_TEST_TIMINGS"
 # Seconds per file on the 2-core AVX2-only host (fresh-clone CI run); the order to start files
 # in when this checkout has no timings of its own yet. Longest first balances the workers.
 SECONDS_HINT = {
-    "tests/integration/test_pool.py": 420,
     "tests/integration/test_fault_tolerance.py": 400,
     "tests/integration/test_reproduce.py": 360,
     "tests/integration/test_vllm_qwen.py": 330,

@@ -18,6 +18,7 @@ import argparse
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,6 +30,7 @@ from speedbench.stores import StorePorts, TeamStores
 
 ROOT = Path(__file__).resolve().parents[1]
 POOL = "scaling"
+sys.path.insert(0, str(ROOT))  # flows/ is imported from the project root, not installed
 
 
 def run_once(
@@ -96,6 +98,7 @@ def main() -> None:
 
     target = str(provision(args.model))
     root = Path(tempfile.mkdtemp(prefix="pool-scaling-"))
+    root.chmod(0o755)  # PostgreSQL runs as its own user, which must reach its data folder
     stores = TeamStores(root / "stores", StorePorts(free_port(), free_port(), free_port()))
     t0 = time.monotonic()
     uris = stores.start(prefect=True)

@@ -119,6 +119,8 @@ class TeamStores:
             prefect_env = {
                 **env,
                 "PREFECT_API_DATABASE_CONNECTION_URL": self.database_url("prefect", "asyncpg"),
+                # The UI it serves calls this API (else the default port, 4200).
+                "PREFECT_UI_API_URL": self.prefect_api_url,
                 "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
             }
             state["prefect_pid"] = self._spawn(

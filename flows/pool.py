@@ -95,9 +95,11 @@ def measure_config(
 class GatherHooks(TrackedHooks):
     """The runner over levels measured elsewhere: it resumes every level, starts no engine.
 
-    A configuration with a level missing from MLflow is a failure; with ``record`` set, each
-    missing level gets a FAILED run saying how the configuration's flow run ended, unless its
-    worker already logged one.
+    A configuration with a level missing from MLflow is a failure. Given how the children
+    ``ended``, each missing level gets a FAILED run saying how its configuration's flow run
+    ended, unless its worker already logged one, and this sweep's own runs win over earlier
+    ones of the same identity (so a ``force`` sweep gathers what it measured). Without it (the
+    question asked before dispatching), ``force`` counts every level as missing.
     """
 
     def __init__(
@@ -109,6 +111,13 @@ class GatherHooks(TrackedHooks):
     ):
         super().__init__(config, tracker, parent)
         self.ended = ended
+        if ended is not None:
+            mine = {
+                r.data.tags.get("speedbench.config_hash"): r.info.run_id
+                for r in tracker.children(parent)
+                if r.info.status == "FINISHED"
+            }
+            self.done = {**tracker.completed(), **mine}
         self.versions: dict[str, str] = {}
         self.hosts: dict[str, str] = {}
         self.logged_failures = {

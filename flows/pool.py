@@ -53,7 +53,7 @@ from speedbench.plan import (
 from speedbench.results import SweepSummary
 from speedbench.sweep import GridPoint, run_grid, run_sweep
 from tasks.summary import close_sweep, write_category_table
-from tasks.tracking import Tracker
+from tasks.tracking import CONFIG_HASH_TAG, Tracker
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 CHILD_FLOW = "measure-config"
@@ -111,20 +111,15 @@ class GatherHooks(TrackedHooks):
     ):
         super().__init__(config, tracker, parent)
         self.ended = ended
-        if ended is not None:
-            mine = {
-                r.data.tags.get("speedbench.config_hash"): r.info.run_id
-                for r in tracker.children(parent)
-                if r.info.status == "FINISHED"
-            }
-            self.done = {**tracker.completed(), **mine}
         self.versions: dict[str, str] = {}
         self.hosts: dict[str, str] = {}
-        self.logged_failures = {
-            r.data.tags.get("speedbench.config_hash")
-            for r in tracker.children(parent)
-            if r.info.status == "FAILED"
-        }
+        by_status: dict[str, dict[str, str]] = {"FINISHED": {}, "FAILED": {}}
+        for run in tracker.children(parent):
+            if run.info.status in by_status:
+                by_status[run.info.status][run.data.tags.get(CONFIG_HASH_TAG)] = run.info.run_id
+        self.logged_failures = set(by_status["FAILED"])
+        if ended is not None:
+            self.done = {**tracker.completed(), **by_status["FINISHED"]}
 
     def resumed(self, point: GridPoint) -> Any:
         """The level from MLflow; notes the engine version its worker recorded."""

@@ -26,7 +26,13 @@ LineHandler = Callable[[bytes, int], None]
 
 
 class ConnectionFailed(Exception):
-    """The connection could not be opened, or was closed or reset mid-response."""
+    """The connection could not be opened, or was closed or reset mid-response.
+
+    Attributes:
+        stale: A reused keep-alive connection closed before any byte of the response came.
+    """
+
+    stale = False
 
 
 @dataclass
@@ -44,6 +50,7 @@ class _Protocol(asyncio.Protocol):
         self.done: asyncio.Future[Response] | None = None
         self.on_line: LineHandler | None = None
         self.lost = False
+        self.reused = False  # the request now on it was not the connection's first
         self._reset_parser()
 
     def _reset_parser(self) -> None:
@@ -66,7 +73,9 @@ class _Protocol(asyncio.Protocol):
             else:
                 got = "before a response" if self.response is None else "mid-response"
                 detail = f": {exc}" if exc else ""
-                self.done.set_exception(ConnectionFailed(f"connection closed {got}{detail}"))
+                failed = ConnectionFailed(f"connection closed {got}{detail}")
+                failed.stale = self.reused and self.response is None and not self.buf
+                self.done.set_exception(failed)
 
     def data_received(self, data: bytes) -> None:
         now = time.perf_counter_ns()
@@ -191,9 +200,10 @@ class StreamConnection:
         self.prefix = parts.path.rstrip("/")
         self._protocol: _Protocol | None = None
 
-    async def _connect(self) -> _Protocol:
+    async def _connect(self) -> tuple[_Protocol, bool]:
+        """The open connection (and True), or a new one (and False)."""
         if self._protocol is not None and not self._protocol.lost and self._protocol.keep_alive:
-            return self._protocol
+            return self._protocol, True
         self.close()
         loop = asyncio.get_running_loop()
         try:
@@ -201,15 +211,29 @@ class StreamConnection:
         except OSError as exc:
             raise ConnectionFailed(f"cannot connect to {self.host}:{self.port}: {exc}") from None
         self._protocol = protocol
-        return protocol
+        return protocol, False
 
     async def post(self, path: str, body: bytes, on_line: LineHandler) -> Response:
         """Send ``body``; SSE ``data:`` lines of a 200 answer go to ``on_line`` as they arrive.
 
+        A kept-alive connection the server closed while it was idle fails before any byte of a
+        response (llama.cpp's server closes the connection after each stream, its headers
+        notwithstanding); the request is then sent once more on a new connection, as HTTP
+        clients do: the server never read it.
+
         Raises:
             ConnectionFailed: The connection failed before the response ended.
         """
-        protocol = await self._connect()
+        try:
+            return await self._post_once(path, body, on_line)
+        except ConnectionFailed as exc:
+            if not exc.stale:
+                raise
+        return await self._post_once(path, body, on_line)
+
+    async def _post_once(self, path: str, body: bytes, on_line: LineHandler) -> Response:
+        protocol, reused = await self._connect()
+        protocol.reused = reused
         protocol._reset_parser()
         protocol.on_line = on_line
         protocol.done = asyncio.get_running_loop().create_future()

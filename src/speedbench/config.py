@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from speedbench.host import ENGINE_CPUS_ENV, format_cpu_list, parse_cpu_list
 
 SpecMethod = Literal["none", "ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix"]
-EngineKind = Literal["vllm", "sglang", "trtllm"]
+EngineKind = Literal["vllm", "sglang", "trtllm", "llamacpp"]
 LauncherKind = Literal["local", "docker", "external"]
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 # What happens to the engine's prefix (KV block reuse) cache between levels.

@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 # Settings that make vLLM usable on a small CPU host (see docs/machines.md, "vLLM on CPU").
 # No worker processes beside the engine core (the uni executor), and a KV cache sized for a
 # 24 GiB host; a host with less memory sets VLLM_CPU_KVCACHE_SPACE (GiB) in its environment.
+# The context limit of the CPU engines (vLLM, llama.cpp): prompts and answers of the qualitative
+# split fit; the long throughput tiers raise it.
+CPU_CONTEXT = 4096
 CPU_VLLM_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "4"}
 CPU_VLLM_ARGS = [
     "--enforce-eager",
@@ -69,7 +72,7 @@ def cpu_vllm_engine(model: str, port: int = 8000, **overrides: Any) -> EngineCon
         "launcher": "local",
         "port": port,
         "dtype": "float32",
-        "max_model_len": 4096,
+        "max_model_len": CPU_CONTEXT,
         "extra_args": CPU_VLLM_ARGS,
         "env": {**CPU_VLLM_ENV, **kv_cache_override()},
     }

@@ -231,3 +231,18 @@ def resolve_model(ref: str, cache: Path = DEFAULT_CACHE, dtype: str = "float32")
     if Path(ref).exists():
         return str(Path(ref).resolve())
     return ref
+
+
+def engine_weights(path: str, weights_format: str) -> str:
+    """The weights an engine loads, for a model resolved by :func:`resolve_model`.
+
+    An engine that loads GGUF files (llama.cpp) gets the packaged GGUF a provisioned directory
+    was converted from, so both engines serve the same published file. Anything else is passed
+    through for the engine's adapter to accept or reject.
+    """
+    if weights_format != "gguf" or path.endswith(".gguf"):
+        return path
+    marker = Path(path) / PROVENANCE
+    if marker.is_file():
+        return str(Path(path).parent / json.loads(marker.read_text())["gguf"])
+    return path

@@ -15,7 +15,7 @@ from typing import Any
 from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import EngineConfig, SpecConfig, SweepConfig
 from speedbench.data.prompts import PromptRow, PromptSetError, load_prompt_file, mtbench_prompts
-from speedbench.level import cpu_vllm_engine
+from speedbench.level import CPU_CONTEXT, cpu_vllm_engine
 from speedbench.models import resolve_dtype
 
 SPLIT_STAGES = {"qualitative": "build_qualitative", "throughput": "build_throughput"}
@@ -104,6 +104,10 @@ def engine_config(sweep: SweepConfig, target: str) -> EngineConfig:
     }
     if sweep.engine == "vllm" and sweep.launcher != "external" and sweep.gpus is None:
         return cpu_vllm_engine(target, **{**where, "dtype": resolve_dtype(sweep.dtype)})
+    if sweep.engine == "llamacpp" and sweep.launcher != "external":
+        # The same context limit as the CPU vLLM's: llama.cpp would size its KV cache for the
+        # model's whole trained context (32k tokens for the Qwen pair).
+        return EngineConfig(kind="llamacpp", model=target, max_model_len=CPU_CONTEXT, **where)
     return EngineConfig(kind=sweep.engine, model=target, **where)
 
 

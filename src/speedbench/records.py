@@ -34,6 +34,10 @@ ERROR_KINDS = (
 )
 
 
+# An output token the engine generated and counted but did not stream the id of.
+WITHHELD_TOKEN = -1
+
+
 @dataclass
 class RequestRecord:
     """Everything measured about one request.
@@ -49,7 +53,10 @@ class RequestRecord:
     Closed-loop requests have none: they are sent the moment a stream is free.
     ``warmup`` marks a request sent before the level's measurement at its own load shape: it is
     kept with the records and left out of every metric. ``repeat`` is which measurement of
-    the level (0 to repeats - 1) the request belongs to.
+    the level (0 to repeats - 1) the request belongs to. An output id of ``WITHHELD_TOKEN``
+    stands for a token the engine counted but never streamed the id of (llama.cpp holds back a
+    token whose text ends inside a UTF-8 character and streams only the next one's id), so
+    counts and positions stay the engine's.
     """
 
     request_id: str

@@ -38,12 +38,13 @@ from typing import Any
 
 from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import EngineConfig, SpecConfig, SweepConfig
-from speedbench.engines.base import EngineError
+from speedbench.engines.base import EngineError, get_engine
 from speedbench.engines.launchers import OpenEngine, check_available
 from speedbench.engines.running import RunningEngine
 from speedbench.host import cpu_info
 from speedbench.level import LevelResult, load_level, measure_level, validate_items
 from speedbench.metrics.lossless import lossless_check
+from speedbench.models import engine_weights
 from speedbench.plan import config_identity, engine_config, load_settings
 from speedbench.records import read_parquet
 from speedbench.report.plots import write_plots
@@ -218,6 +219,9 @@ def run_sweep(
         tokenizer: The target's tokenizer.
         hooks: What the entry point adds; default :class:`DiskResume` unless ``config.force``.
     """
+    weights_format = get_engine(config.engine).weights_format
+    target = engine_weights(target, weights_format)
+    draft = engine_weights(draft, weights_format) if draft else None
     engine = engine_config(config, target)
     check_available(engine)
     specs = [

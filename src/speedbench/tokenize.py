@@ -117,7 +117,8 @@ class PromptTokenizer:
         """
         stop = self.stop_ids
         cut = next((i for i, t in enumerate(ids) if t in stop), len(ids))
-        return self.tok.decode(list(ids[:cut]), skip_special_tokens=True)
+        # Ids an engine did not stream (negative placeholders) have no text to give.
+        return self.tok.decode([t for t in ids[:cut] if t >= 0], skip_special_tokens=True)
 
 
 def check_single_bos(ids: Sequence[int], bos_id: int | None) -> None:

@@ -64,7 +64,7 @@ BAD_CONFIGS = [
     (
         EngineConfig,
         {"kind": "tgi", "model": "m"},
-        "EngineConfig.kind: got 'tgi'; allowed: 'vllm', 'sglang' or 'trtllm'",
+        "EngineConfig.kind: got 'tgi'; allowed: 'vllm', 'sglang', 'trtllm' or 'llamacpp'",
     ),
     (
         EngineConfig,

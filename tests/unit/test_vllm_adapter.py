@@ -98,5 +98,7 @@ def test_request_body_is_token_ids(vllm):
 
 
 def test_unknown_engine_is_named():
-    with pytest.raises(EngineError, match="unknown engine 'tgi'; available: sglang, trtllm, vllm"):
+    with pytest.raises(
+        EngineError, match="unknown engine 'tgi'; available: llamacpp, sglang, trtllm, vllm"
+    ):
         get_engine("tgi")

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
 from speedbench.client.http import ConnectionFailed, StreamConnection
 from speedbench.engines.base import EngineAdapter, MalformedChunk
-from speedbench.records import RequestRecord
+from speedbench.records import WITHHELD_TOKEN, RequestRecord
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,49 @@ def error_message(status: int, body: bytes) -> str:
     return f"HTTP {status}: {' '.join(text.split())[:300]}"
 
 
+@dataclass
+class DraftCountSteps:
+    """Places one-token events into verify steps from the engine's cumulative draft counts.
+
+    llama.cpp streams every token as its own event, the tokens of one verify step back to back,
+    and annotates each with the request's drafted and accepted totals so far. Token by token:
+    while the current drafted step still has tokens due, a token joins it; otherwise a token
+    whose event shows new totals begins a drafted step of ``accepted + 1`` tokens (fewer only
+    when the request ends inside it), and any other token is a step of its own (prefill, a step
+    with no draft). An event can carry tokens the engine held back (``WITHHELD_TOKEN``
+    placeholders before the event's own token); they are placed first, so they complete the
+    earlier step or begin the new one as their order says. The deltas are the engine's
+    per-step counts of its drafted steps, the same shape as vLLM's per-request metrics.
+    """
+
+    drafted: int = 0
+    accepted: int = 0
+    tokens_due: int = 0
+    accepted_steps: list[int] = field(default_factory=list)
+    drafted_steps: list[int] = field(default_factory=list)
+
+    def place(self, totals: tuple[int, int] | None, n_tokens: int) -> tuple[int, list[int]]:
+        """Tokens that join the previous chunk, and the sizes of the new chunks, in order."""
+        joined, new = 0, []
+        for _ in range(n_tokens):
+            if self.tokens_due > 0:
+                self.tokens_due -= 1
+                if new:
+                    new[-1] += 1
+                else:
+                    joined += 1
+            elif totals is not None and totals != (self.drafted, self.accepted):
+                drafted, accepted = totals
+                self.drafted_steps.append(drafted - self.drafted)
+                self.accepted_steps.append(accepted - self.accepted)
+                self.tokens_due = accepted - self.accepted  # this token is the step's first
+                self.drafted, self.accepted = drafted, accepted
+                new.append(1)
+            else:
+                new.append(1)
+        return joined, new
+
+
 def _reset_stream(record: RequestRecord) -> None:
     record.chunk_times_s.clear()
     record.chunk_tokens.clear()
@@ -92,6 +135,7 @@ async def stream_one(
     latency; ``attempts`` says how many were made.
     """
     retry = retry or RetryPolicy()
+    steps = DraftCountSteps()
 
     def on_line(payload: bytes, now_ns: int) -> None:
         if record.error is not None:
@@ -107,20 +151,39 @@ async def stream_one(
             record.fail("engine_error", event.error)
             return
         ids = event.token_ids
+        withheld = 0
         if event.total_tokens is not None:
             new = event.total_tokens - len(record.output_token_ids)
-            ids = ids[-new:] if new > 0 else []
+            if new > len(ids):
+                # Tokens the engine counted before these but never streamed (llama.cpp):
+                # placeholders keep the request's length and positions the engine's.
+                withheld = new - len(ids)
+                ids = [WITHHELD_TOKEN] * withheld + list(ids)
+            else:
+                ids = ids[-new:] if new > 0 else []
         if "verify_steps" in event.extra:
             record.engine_steps = event.extra["verify_steps"]
         if "accepted_steps" in event.extra:
             record.engine_accepted = list(event.extra["accepted_steps"])
             record.engine_drafted = list(event.extra.get("drafted_steps") or [])
-        if ids:
+        if event.draft_totals is not None or withheld:
+            # One token per event (llama.cpp): steps come from the draft counts.
+            joined, sizes = steps.place(event.draft_totals, len(ids))
+            if event.draft_totals is not None:
+                record.engine_accepted = list(steps.accepted_steps)
+                record.engine_drafted = list(steps.drafted_steps)
+        else:
+            joined, sizes = 0, [len(ids)] if ids else []
+        if joined and not record.chunk_tokens:
+            joined, sizes = 0, [joined, *sizes]
+        if joined:
+            record.chunk_tokens[-1] += joined
+        for size in sizes:
             record.chunk_times_s.append(now_ns / 1e9)
-            record.chunk_tokens.append(len(ids))
-            record.output_token_ids.extend(ids)
-            if delays_ns is not None and event.sent_ns:
-                delays_ns.append(now_ns - event.sent_ns)
+            record.chunk_tokens.append(size)
+        record.output_token_ids.extend(ids)
+        if sizes and delays_ns is not None and event.sent_ns:
+            delays_ns.append(now_ns - event.sent_ns)
         if event.finish_reason:
             record.finish_reason = event.finish_reason
 
@@ -129,6 +192,7 @@ async def stream_one(
         attempt += 1
         record.attempts = attempt
         _reset_stream(record)
+        steps = DraftCountSteps()
         record.start_s = time.perf_counter()
         try:
             async with asyncio.timeout(timeout_s):

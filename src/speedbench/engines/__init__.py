@@ -1,7 +1,7 @@
 """Engine adapters (one module per engine, registered by import) and launchers."""
 
-# Importing the modules registers the adapters (sglang, trtllm, vllm) and launchers.
-from speedbench.engines import docker, local, sglang, trtllm, vllm  # noqa: F401
+# Importing the modules registers the adapters (llamacpp, sglang, trtllm, vllm) and launchers.
+from speedbench.engines import docker, llamacpp, local, sglang, trtllm, vllm  # noqa: F401
 from speedbench.engines.base import (
     ENGINES,
     EngineAdapter,

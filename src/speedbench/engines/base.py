@@ -40,6 +40,9 @@ class StreamEvent:
             the synthetic calibration server does, engines do not.
         total_tokens: Output tokens so far, for engines whose chunks may repeat earlier ids
             (SGLang without incremental streaming); the new ids are the last ones.
+        draft_totals: The request's cumulative (drafted, accepted) draft tokens so far, from
+            engines that stream one token per event and annotate the counts (llama.cpp): the
+            request function rejoins each verify step's tokens into one chunk from them.
     """
 
     token_ids: list[int] = field(default_factory=list)
@@ -48,6 +51,7 @@ class StreamEvent:
     extra: dict[str, Any] = field(default_factory=dict)
     sent_ns: int | None = None
     total_tokens: int | None = None
+    draft_totals: tuple[int, int] | None = None
 
 
 class MalformedChunk(ValueError):
@@ -97,6 +101,22 @@ class EngineAdapter(Protocol):
     counters_reset_on_read: bool = False
     # POST here empties the engine's prefix cache between levels (None: the engine has none).
     reset_cache_path: str | None = None
+    # What the engine loads: a Hugging Face model directory ("hf") or a GGUF file ("gguf").
+    weights_format: str = "hf"
+
+    def server_version(self, base_url: str) -> str:
+        """The running server's version (vLLM and SGLang serve ``/version``), else unknown."""
+        import httpx
+
+        try:
+            resp = httpx.get(f"{base_url}/version", timeout=5)
+            return str(resp.json().get("version", "unknown"))
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return "unknown"
+
+    def server_command(self, engine: EngineConfig) -> list[str]:
+        """What a local launch runs before the server arguments (empty: a Python module)."""
+        return []
 
     def launch_files(self, engine: EngineConfig, spec: SpecConfig) -> dict[str, str]:
         """Files the server needs at launch (name -> text), e.g. an options YAML; none here."""

@@ -35,7 +35,7 @@ import tarfile
 import threading
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from speedbench.config import EngineConfig, SpecConfig
@@ -111,17 +111,24 @@ def _mounted(
 
     On a local daemon a directory that exists here is mounted. On a remote daemon the files are
     on that host, so an absolute path is taken as a directory there; anything else is a hub id.
+    A single-file model (a ``.gguf``) is seen through its folder, mounted the same way.
     """
     if not path:
         return path
+    folder, file_name = path, None
+    if path.endswith(".gguf") and (remote or Path(path).is_file()):
+        file_name = PurePosixPath(path).name
+        folder = str(PurePosixPath(path).parent if remote else Path(path).resolve().parent)
     if remote:
-        host_dir = path if path.startswith("/") else None
+        host_dir = folder if folder.startswith("/") else None
     else:
-        host_dir = str(Path(path).resolve()) if Path(path).is_dir() else None
+        host_dir = str(Path(folder).resolve()) if Path(folder).is_dir() else None
     if host_dir is None:
         return path
-    volumes[host_dir] = {"bind": mount, "mode": "ro"}
-    return mount
+    # A folder already mounted (the draft beside the target, or the same file) is reused:
+    # Docker takes one bind per host folder.
+    mount = volumes.setdefault(host_dir, {"bind": mount, "mode": "ro"})["bind"]
+    return f"{mount}/{file_name}" if file_name else mount
 
 
 def container_options(engine: EngineConfig, spec: SpecConfig) -> dict[str, Any]:

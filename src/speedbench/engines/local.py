@@ -56,6 +56,15 @@ def engine_python(engine: EngineConfig) -> str:
     return python
 
 
+def server_command(engine: EngineConfig) -> list[str]:
+    """The program of a local launch: the engine's binary, or its module in the engine env."""
+    return get_engine(engine.kind).server_command(engine) or [
+        engine_python(engine),
+        "-m",
+        SERVER_MODULES[engine.kind],
+    ]
+
+
 def terminate(process: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
     """SIGTERM the process group, then SIGKILL whatever is left after ``grace_s``.
 
@@ -90,7 +99,7 @@ def launch_local(
     """Start the engine's server as a local process; yield it healthy; always tear it down."""
     adapter = get_engine(engine.kind)
     args = adapter.server_args(engine, spec)  # validates spec before anything starts
-    cmd = [engine_python(engine), "-m", SERVER_MODULES[engine.kind], *args]
+    cmd = [*server_command(engine), *args]
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cpus = engine.cpu_ids
@@ -133,8 +142,8 @@ def attach_external(engine: EngineConfig, spec: SpecConfig) -> Iterator[RunningE
 
 
 def check_local(engine: EngineConfig) -> None:
-    """The engine's interpreter exists and its port is free."""
-    engine_python(engine)
+    """The engine's program (binary or interpreter) exists and its port is free."""
+    server_command(engine)
     check_port_free(engine.host, engine.port)
 
 

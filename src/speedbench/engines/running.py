@@ -73,12 +73,8 @@ class RunningEngine:
         return self.engine.base_url
 
     def version(self) -> str:
-        """The engine's reported version (vLLM and SGLang serve ``/version``), else unknown."""
-        try:
-            resp = httpx.get(f"{self.base_url}/version", timeout=5)
-            return str(resp.json().get("version", "unknown"))
-        except (httpx.HTTPError, ValueError, AttributeError):
-            return "unknown"
+        """The engine's reported version, as its adapter reads it (else unknown)."""
+        return self.adapter.server_version(self.base_url)
 
     def exit_code(self) -> int | None:
         """The engine's exit code if it has stopped; None while it runs (or if unknown)."""

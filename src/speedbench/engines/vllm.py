@@ -171,27 +171,34 @@ class VLLMAdapter(EngineAdapter):
 
     def parse_counters(self, metrics_text: str) -> SpecCounters:
         """VLLM's cumulative SD counters, summed over label sets other than position."""
-        values: dict[str, float] = {}
-        per_pos: dict[int, float] = {}
-        for family in text_string_to_metric_families(metrics_text):
-            for sample in family.samples:
-                if not sample.name.startswith(_COUNTER_PREFIX) or not sample.name.endswith(
-                    "_total"
-                ):
-                    continue
-                key = sample.name[len(_COUNTER_PREFIX) : -len("_total")]
-                if key == "num_accepted_tokens_per_pos":
-                    pos = int(sample.labels["position"])
-                    per_pos[pos] = per_pos.get(pos, 0.0) + sample.value
-                else:
-                    values[key] = values.get(key, 0.0) + sample.value
-        n = max(per_pos) + 1 if per_pos else 0
-        return SpecCounters(
-            num_drafts=values.get("num_drafts", 0.0),
-            num_draft_tokens=values.get("num_draft_tokens", 0.0),
-            num_accepted_tokens=values.get("num_accepted_tokens", 0.0),
-            accepted_per_pos=tuple(per_pos.get(i, 0.0) for i in range(n)),
-        )
+        return prometheus_spec_counters(metrics_text, _COUNTER_PREFIX)
+
+
+def prometheus_spec_counters(metrics_text: str, prefix: str) -> SpecCounters:
+    """Cumulative SD counters named ``<prefix>num_drafts_total`` and so on, as vLLM names them.
+
+    ``num_accepted_tokens_per_pos`` is keyed by its ``position`` label; every other label set
+    (model, engine index) is summed. llama.cpp's server uses the same names under its prefix.
+    """
+    values: dict[str, float] = {}
+    per_pos: dict[int, float] = {}
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if not sample.name.startswith(prefix) or not sample.name.endswith("_total"):
+                continue
+            key = sample.name[len(prefix) : -len("_total")]
+            if key == "num_accepted_tokens_per_pos":
+                pos = int(sample.labels["position"])
+                per_pos[pos] = per_pos.get(pos, 0.0) + sample.value
+            else:
+                values[key] = values.get(key, 0.0) + sample.value
+    n = max(per_pos) + 1 if per_pos else 0
+    return SpecCounters(
+        num_drafts=values.get("num_drafts", 0.0),
+        num_draft_tokens=values.get("num_draft_tokens", 0.0),
+        num_accepted_tokens=values.get("num_accepted_tokens", 0.0),
+        accepted_per_pos=tuple(per_pos.get(i, 0.0) for i in range(n)),
+    )
 
 
 def _spec_decode_steps(data: dict[str, Any]) -> dict[str, Any]:

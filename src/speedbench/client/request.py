@@ -135,7 +135,6 @@ async def stream_one(
     latency; ``attempts`` says how many were made.
     """
     retry = retry or RetryPolicy()
-    steps = DraftCountSteps()
 
     def on_line(payload: bytes, now_ns: int) -> None:
         if record.error is not None:

@@ -167,6 +167,7 @@ def gather(
         ),
         request_rates=config.request_rates,
         rate_sweep=config.rate_sweep,
+        per_category=config.prompts_per_category,
     )
     # Each configuration ran on its worker's host: the parent's own CPU says nothing about them.
     summary.provenance.pop("host_cpu", None)

@@ -230,6 +230,8 @@ def add_model_flags(
         inner, is_list = _flag_type(field.annotation)
         if inner is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
+        elif typing.get_origin(inner) is dict:
+            kwargs |= {"nargs": "*", "metavar": "KEY=VALUE", "action": MappingFlag}
         else:
             if is_list:
                 kwargs["nargs"] = "*"  # an empty list is a value too (batch sizes)
@@ -240,6 +242,26 @@ def add_model_flags(
             elif inner in (int, float):
                 kwargs["type"] = inner
         parser.add_argument(flag, **kwargs)
+
+
+class MappingFlag(argparse.Action):
+    """``--flag 16=5 32=8`` as ``{"16": "5", "32": "8"}``; the model's field converts the types."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        """Split every value at its first ``=``; a value without one is a usage error."""
+        pairs = {}
+        for value in values:
+            key, sep, item = value.partition("=")
+            if not sep or not key:
+                parser.error(f"{option_string}: expected KEY=VALUE pairs, got {value!r}")
+            pairs[key] = item
+        setattr(namespace, self.dest, pairs)
 
 
 def flags_given(args: argparse.Namespace, model: type[BaseModel]) -> dict[str, Any]:

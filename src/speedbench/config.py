@@ -282,6 +282,13 @@ class SweepConfig(StrictModel):
     per_category: int | None = Field(
         default=None, ge=1, description="Use the first N prompts of each category (None: all)."
     )
+    per_category_by_batch_size: dict[int, int] = Field(
+        default={},
+        description="Closed loop: batch size -> prompts per category at that batch size "
+        "(others use per_category). More questions where batching makes them cheap: "
+        "{16: 5} (on the command line 16=5) puts the per-category acceptance of the bs-16 levels "
+        "on 5 questions each.",
+    )
     limit: int | None = Field(default=None, ge=1, description="At most N prompts per split.")
     multiturn: bool = Field(default=False, description="Send every turn of multi-turn prompts.")
     output_len: int = Field(
@@ -372,6 +379,7 @@ class SweepConfig(StrictModel):
             if len(set(values)) != len(values):
                 raise ValueError(f"{name} has duplicates: {values}")
         self._check_load_shape()
+        self._check_per_category_by_batch_size()
         for name in ("methods", "splits"):
             values = getattr(self, name)
             if len(set(values)) != len(values):
@@ -425,6 +433,34 @@ class SweepConfig(StrictModel):
             )
         if self.burstiness != 1.0 and self.arrival != "gamma":
             raise ValueError(f"burstiness applies to gamma arrivals only, not {self.arrival}")
+
+    def _check_per_category_by_batch_size(self) -> None:
+        extra = sorted(set(self.per_category_by_batch_size) - set(self.batch_sizes))
+        if extra:
+            raise ValueError(
+                f"per_category_by_batch_size names batch sizes {extra} that batch_sizes "
+                f"{self.batch_sizes} does not sweep"
+            )
+        bad = {bs: n for bs, n in self.per_category_by_batch_size.items() if n < 1}
+        if bad:
+            raise ValueError(
+                f"per_category_by_batch_size: prompts per category must be >= 1, got {bad}"
+            )
+
+    def prompts_per_category(
+        self, batch_size: int, request_rate: float | None = None
+    ) -> int | None:
+        """Prompts per category at one load point (None: all); open-loop levels use per_category."""
+        if request_rate is not None:
+            return self.per_category
+        return self.per_category_by_batch_size.get(batch_size, self.per_category)
+
+    @property
+    def selected_per_category(self) -> int | None:
+        """Prompts per category the sweep loads: the most any of its levels uses (None: all)."""
+        if self.per_category is None:
+            return None
+        return max([self.per_category, *self.per_category_by_batch_size.values()])
 
     @property
     def objectives(self) -> dict[str, float]:

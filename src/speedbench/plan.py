@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,9 +80,27 @@ def sweep_items(sweep: SweepConfig) -> dict[str, list[WorkItem]]:
             if sweep.prompt_file
             else load_split(split, sweep.data_dir)
         )
-        rows = select_prompts(loaded, sweep.categories, sweep.per_category, sweep.limit)
+        rows = select_prompts(loaded, sweep.categories, sweep.selected_per_category, sweep.limit)
         out[split] = [r.work_item(first_turn_only=not sweep.multiturn) for r in rows]
     return out
+
+
+def first_per_category(items: Sequence[WorkItem], count: int | None) -> list[WorkItem]:
+    """The first ``count`` items of each category, in their order (None: all of them).
+
+    On a selection interleaved by :func:`select_prompts`, the first N of each category are the
+    selection it makes with ``per_category`` N, so a level with fewer prompts per category than
+    the sweep loads measures a prefix of the same questions.
+    """
+    if count is None:
+        return list(items)
+    seen: dict[str, int] = {}
+    kept = []
+    for item in items:
+        seen[item.category] = seen.get(item.category, 0) + 1
+        if seen[item.category] <= count:
+            kept.append(item)
+    return kept
 
 
 def engine_config(sweep: SweepConfig, target: str) -> EngineConfig:
@@ -180,7 +199,7 @@ def config_identity(
         "spec": spec_fields,
         "split": split,
         "batch_size": batch_size,
-        "per_category": sweep.per_category,
+        "per_category": sweep.prompts_per_category(batch_size, request_rate),
         "limit": sweep.limit,
         "multiturn": sweep.multiturn,
         "output_len": sweep.output_len,

@@ -306,6 +306,8 @@ class SummaryRow(Result):
     al_speed_bench: Figure = None
     conditional_ar_speed_bench: list[Figure] | None = None
     al_speed_bench_by_category: dict[str, Figure] = Field(default_factory=dict)
+    # Its bootstrap interval over the category's questions (absent with one question).
+    al_speed_bench_by_category_ci: dict[str, Interval] = Field(default_factory=dict)
     # Each question's own AL and category (what a paired comparison of two runs needs).
     al_speed_bench_by_question: dict[str, Figure] = Field(default_factory=dict)
     category_of_question: dict[str, str] = Field(default_factory=dict)
@@ -393,6 +395,13 @@ class SummaryRow(Result):
                 cat: entry.views["speed_bench"].al_request_mean
                 for cat, entry in metrics.per_category.items()
                 if "speed_bench" in entry.views
+            }
+            row.al_speed_bench_by_category_ci = {
+                cat: ci
+                for cat, entry in metrics.per_category.items()
+                if "speed_bench" in entry.views
+                and len(entry.views["speed_bench"].per_unit) > 1
+                and (ci := entry.views["speed_bench"].al_request_mean_ci) is not None
             }
             row.al_speed_bench_by_question = dict(sb.per_unit)
             row.category_of_question = {

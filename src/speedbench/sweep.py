@@ -45,7 +45,7 @@ from speedbench.host import cpu_info
 from speedbench.level import LevelResult, load_level, measure_level, validate_items
 from speedbench.metrics.lossless import lossless_check
 from speedbench.models import engine_weights
-from speedbench.plan import config_identity, engine_config, load_settings
+from speedbench.plan import config_identity, engine_config, first_per_category, load_settings
 from speedbench.records import read_parquet
 from speedbench.report.plots import write_plots
 from speedbench.results import (
@@ -81,6 +81,7 @@ class GridPoint:
     directory: Path
     identity: dict[str, Any]
     request_rate: float | None = None
+    per_category: int | None = None  # the level's prompts per category (None: the split's all)
 
     @property
     def load(self) -> str:
@@ -174,6 +175,8 @@ def stamp_identity(point: GridPoint) -> None:
 
 # What defines a level: (SD config, split, batch size, request rate) -> identity.
 Identity = Callable[[SpecConfig, str, int, float | None], dict[str, Any]]
+# Prompts per category a level measures: (batch size, request rate) -> count (None: all).
+PerCategory = Callable[[int, float | None], int | None]
 
 
 def default_identity(engine: EngineConfig, settings: LoadSettings) -> Identity:
@@ -244,6 +247,7 @@ def run_sweep(
         ),
         request_rates=config.request_rates,
         rate_sweep=config.rate_sweep,
+        per_category=config.prompts_per_category,
     )
     if config.draft_cost and draft:
         summary = with_draft_cost(summary, config, engine, draft, items, tokenizer, out)
@@ -283,6 +287,7 @@ def with_draft_cost(
         tokenizer=tokenizer,
         hooks=SweepHooks() if config.force else DiskResume(),
         identity=identity,
+        per_category=config.prompts_per_category,
     )
     tpot = {speedup_key(r): r.tpot_p50_s for r in drafts.levels if r.tpot_p50_s}
     done = summary.model_copy(
@@ -308,6 +313,7 @@ def run_grid(
     identity: Identity | None = None,
     request_rates: Sequence[float] = (),
     rate_sweep: int = 0,
+    per_category: PerCategory | None = None,
 ) -> SweepSummary:
     """Measure every SD config on every split at every load point.
 
@@ -325,6 +331,8 @@ def run_grid(
         rate_sweep: This many more rates per split, evenly spaced strictly between the
             baseline's request throughput at the smallest and the largest batch size
             (:func:`swept_rates`); they are known once the baseline's closed-loop levels are.
+        per_category: Prompts per category at a load point (batch size, request rate), taken
+            from the front of each category of ``items``; None (or a None answer): all items.
 
     Returns:
         The sweep summary, also written to ``out_dir/summary.json``.
@@ -357,7 +365,8 @@ def run_grid(
 
     def point(spec: SpecConfig, split: str, bs: int, rate: float | None = None) -> GridPoint:
         where = out / spec.label / split / load_key(bs, rate)
-        return GridPoint(spec, split, bs, where, identity(spec, split, bs, rate), rate)
+        count = per_category(bs, rate) if per_category else None
+        return GridPoint(spec, split, bs, where, identity(spec, split, bs, rate), rate, count)
 
     def rate_points(spec: SpecConfig) -> list[GridPoint] | None:
         """The spec's open-loop levels; None while the swept rates are not known yet."""
@@ -506,9 +515,8 @@ def _measure_point(
         settings, batch_size=max(point.batch_size, 1), split=point.split,
         request_rate=point.request_rate,
     )  # fmt: skip
-    return hooks.run_level(
-        handle.running, items[point.split], level_settings, tokenizer, point.directory
-    )
+    level_items = first_per_category(items[point.split], point.per_category)
+    return hooks.run_level(handle.running, level_items, level_settings, tokenizer, point.directory)
 
 
 def _row(

@@ -6,6 +6,7 @@ directory (a fresh run, the committed reference, a colleague's copy).
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,9 @@ def _fmt(v: Any, spec: str = ".2f") -> str:
 def category_table(summary: SweepSummary) -> list[str]:
     """Markdown table: AL per category for every SD config and batch size, SPEED-Bench's view.
 
+    Each column says how many questions a category has (n); where it has more than one, a
+    cell carries its 95 % bootstrap interval over them.
+
     Cells are SPEED-Bench's Category_AL (mean over questions of each question's AL, every
     streamed step counted, the prefill one included); the last row is its Average_AL. Levels
     measured before that view existed fall back to the stream view, and the header says so.
@@ -49,14 +53,34 @@ def category_table(summary: SweepSummary) -> list[str]:
     by_cat = [r.al_by_category if legacy else r.al_speed_bench_by_category for r in rows]
     overall = [r.al_stream if legacy else r.al_speed_bench_request_mean for r in rows]
     cats = sorted({c for cells in by_cat for c in cells})
-    heads = [f"{r.config} {r.load}" for r in rows]
+    heads = [f"{r.config} {r.load}{_questions_per_category(r)}" for r in rows]
     view = "stream view, token-weighted" if legacy else "speed_bench view: Category_AL"
     lines = [f"| category ({view}) | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
     for c in cats:
-        lines.append(f"| {c} | " + " | ".join(_fmt(cells.get(c)) for cells in by_cat) + " |")
+        cells = [
+            _with_ci(r, cells.get(c), c, legacy) for r, cells in zip(rows, by_cat, strict=True)
+        ]
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
     name = "**all** (token-weighted)" if legacy else "**all** (Average_AL)"
     lines.append(f"| {name} | " + " | ".join(f"**{_fmt(v)}**" for v in overall) + " |")
     return lines
+
+
+def _questions_per_category(row: SummaryRow) -> str:
+    """`` (n=5)`` when every category of the level has n questions, else the range."""
+    counts = Counter(row.category_of_question.values())
+    if not counts:
+        return ""
+    low, high = min(counts.values()), max(counts.values())
+    return f" (n={low})" if low == high else f" (n={low}-{high})"
+
+
+def _with_ci(row: SummaryRow, value: Any, category: str, legacy: bool) -> str:
+    """A Category_AL cell, with its 95 % bootstrap interval over questions where it has one."""
+    ci = None if legacy else row.al_speed_bench_by_category_ci.get(category)
+    if ci is None or ci.low is None or ci.high is None:
+        return _fmt(value)
+    return f"{_fmt(value)} [{_fmt(ci.low)}, {_fmt(ci.high)}]"
 
 
 VIEW_COLUMNS = (

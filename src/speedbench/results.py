@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -336,6 +337,15 @@ class SummaryRow(Result):
     def load(self) -> str:
         """The load point's name, ``bs4`` or ``rate0.5``."""
         return load_key(self.batch_size, self.request_rate)
+
+    @property
+    def questions_per_category(self) -> str:
+        """``n=5`` when every category has 5 questions, ``n=1-3`` when not ('' if unknown)."""
+        counts = Counter(self.category_of_question.values())
+        if not counts:
+            return ""
+        low, high = min(counts.values()), max(counts.values())
+        return f"n={low}" if low == high else f"n={low}-{high}"
 
     @classmethod
     def of(

@@ -149,3 +149,19 @@ def test_the_category_table_shows_n_and_the_interval_where_there_is_one():
         "| draft_model-k3 bs16 (n=5) |"
     )
     assert lines[2] == "| a | 3.00 | 2.50 [2.12, 2.88] |"
+
+
+def test_uneven_categories_show_the_range_of_questions():
+    row = SummaryRow(
+        config="ngram-k3",
+        split="s",
+        batch_size=1,
+        output_throughput_tok_s=1.0,
+        per_user_tok_s=1.0,
+        error_rate=0.0,
+        ttft_p50_s=0.1,
+        tpot_p50_s=0.1,
+        category_of_question={"a0": "a", "a1": "a", "a2": "a", "b0": "b"},
+    )
+    assert row.questions_per_category == "n=1-3"
+    assert row.model_copy(update={"category_of_question": {}}).questions_per_category == ""

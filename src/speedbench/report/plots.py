@@ -98,7 +98,10 @@ def plot_al_heatmap(summary: SweepSummary, path: str | Path) -> Path | None:
     by_cat = [r.al_by_category if legacy else r.al_speed_bench_by_category for r in rows]
     many = summary.many_splits
     cats = sorted({c for cells in by_cat for c in cells})
-    names = [f"{_name(r, many)} {r.load}" for r in rows]
+    names = [
+        f"{_name(r, many)} {r.load}" + (f" ({n})" if (n := r.questions_per_category) else "")
+        for r in rows
+    ]
     grid = [[cells.get(c) or float("nan") for c in cats] for cells in by_cat]
     fig, ax = plt.subplots(figsize=(1.0 + 0.8 * len(cats), 1.2 + 0.45 * len(rows)))
     im = ax.imshow(grid, cmap="viridis", aspect="auto")

@@ -6,7 +6,6 @@ directory (a fresh run, the committed reference, a colleague's copy).
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +52,10 @@ def category_table(summary: SweepSummary) -> list[str]:
     by_cat = [r.al_by_category if legacy else r.al_speed_bench_by_category for r in rows]
     overall = [r.al_stream if legacy else r.al_speed_bench_request_mean for r in rows]
     cats = sorted({c for cells in by_cat for c in cells})
-    heads = [f"{r.config} {r.load}{_questions_per_category(r)}" for r in rows]
+    heads = [
+        f"{r.config} {r.load}" + (f" ({n})" if (n := r.questions_per_category) else "")
+        for r in rows
+    ]
     view = "stream view, token-weighted" if legacy else "speed_bench view: Category_AL"
     lines = [f"| category ({view}) | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
     for c in cats:
@@ -64,15 +66,6 @@ def category_table(summary: SweepSummary) -> list[str]:
     name = "**all** (token-weighted)" if legacy else "**all** (Average_AL)"
     lines.append(f"| {name} | " + " | ".join(f"**{_fmt(v)}**" for v in overall) + " |")
     return lines
-
-
-def _questions_per_category(row: SummaryRow) -> str:
-    """`` (n=5)`` when every category of the level has n questions, else the range."""
-    counts = Counter(row.category_of_question.values())
-    if not counts:
-        return ""
-    low, high = min(counts.values()), max(counts.values())
-    return f" (n={low})" if low == high else f" (n={low}-{high})"
 
 
 def _with_ci(row: SummaryRow, value: Any, category: str, legacy: bool) -> str:

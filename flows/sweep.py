@@ -52,9 +52,10 @@ EMBEDDED_SWEEP = SweepConfig(
     draft_model="qwen2.5-coder-0.5b-instruct",
     methods=["none", "draft_model", "ngram"],
     draft_lengths=[3],
-    batch_sizes=[1, 4],
+    batch_sizes=[1, 16],
     splits=["qualitative"],
     per_category=1,
+    per_category_by_batch_size={16: 5},
     output_len=64,
 )
 

@@ -147,3 +147,49 @@ def test_a_reference_without_a_recorded_protocol_is_judged_on_its_figures():
     acceptance = {"ngram-k3/q/bs4": level(BASE)}
     verdicts = verify(acceptance, acceptance, FP32_AVX2, {**FP32_AVX2, "protocol": EOS_64})
     assert overall(verdicts) == "exact"
+
+
+# One question per category (c, d, ..., m) and five in "a": the main job's bs-1 shape.
+ONE_EACH = {**{f"a{i}": 2.0 + 0.1 * i for i in range(5)}, **{f"{c}0": 2.5 for c in "cdefghijklm"}}
+
+
+def test_a_category_of_one_question_is_judged_by_its_level():
+    # One answer flipped on another CPU family: its category's figure moved, the level did not.
+    flipped = {**ONE_EACH, "c0": 2.7, "d0": 2.4}
+    key = "draft_model-k3/q/bs1"
+    ref = level(ONE_EACH, {"c": 2.5, "d": 2.5, "a": 2.2})
+    new = level(flipped, {"c": 2.7, "d": 2.4, "a": 2.2})
+    verdicts = verify({key: ref}, {key: new}, BF16_AMX, BF16_AVX512)
+    by_figure = {v.figure: v for v in verdicts}
+    c = by_figure["speed_bench.al_by_category.c"]
+    assert c.verdict == "reproduced"
+    assert "paired over 16 questions" in c.detail
+    assert "c alone has too few questions to test" in c.detail
+    assert by_figure["speed_bench.al_by_category.a"].verdict == "exact"
+    assert overall(verdicts) == "reproduced"
+
+    # The same single-question categories fail with their level when the level moved.
+    shifted = {q: al + 0.4 for q, al in ONE_EACH.items()}
+    moved = level(shifted, {"c": 2.9, "d": 2.9, "a": 2.6})
+    verdicts = verify({key: ref}, {key: moved}, BF16_AMX, BF16_AVX512)
+    c = next(v for v in verdicts if v.figure == "speed_bench.al_by_category.c")
+    assert c.verdict == "not_reproduced" and "mean difference +0.4000" in c.detail
+
+
+def test_a_category_of_two_or_more_questions_is_tested_on_its_own():
+    # Every question of "a" gained 0.3 (the other 11 did not): "a" fails though the level holds.
+    moved = {**ONE_EACH, **{f"a{i}": ONE_EACH[f"a{i}"] + 0.3 for i in range(5)}}
+    key = "draft_model-k3/q/bs16"
+    verdicts = verify(
+        {key: level(ONE_EACH, {"a": 2.2})}, {key: level(moved, {"a": 2.5})}, BF16_AMX, BF16_AVX512
+    )
+    a = next(v for v in verdicts if v.figure == "speed_bench.al_by_category.a")
+    assert a.verdict == "not_reproduced" and "paired over 5 questions" in a.detail
+
+
+def test_the_reason_exactness_is_not_promised_names_the_dtype():
+    moved = {**BASE, "a1": BASE["a1"] + 0.05, "b2": BASE["b2"] - 0.03}
+    gguf = {"dtype": "auto", "engine": "llamacpp", "host_cpu": {"kernel_family": "avx2"}}
+    verdicts = verify({"ngram-k3/q/bs4": level(BASE)}, {"ngram-k3/q/bs4": level(moved)}, gguf, gguf)
+    (al,) = [v for v in verdicts if v.figure == "speed_bench.al_request_mean"]
+    assert al.verdict == "reproduced" and al.detail.startswith("dtype auto at batch size > 1; ")

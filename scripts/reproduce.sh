@@ -2,7 +2,7 @@
 # Run the DVC pipeline on a preset in a scratch copy of this checkout, then compare its acceptance
 # numbers with the committed reference of that preset (exactly; throughput only by ratio).
 #   scripts/reproduce.sh presets/ci.yaml            # reference: results/reference/ci
-#   scripts/reproduce.sh presets/ci.yaml --update   # (re)write that reference from this run
+#   scripts/reproduce.sh presets/ci.yaml --update   # (re)write that reference (and its report)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset=${1:?usage: scripts/reproduce.sh presets/NAME.yaml [--update]}
@@ -26,6 +26,8 @@ if [[ "${2:-}" == --update ]]; then
     mkdir -p "$root/results/reference/$name/$stage"
     cp results/metrics/$stage/*.json "$root/results/reference/$name/$stage/"
   done
+  # The report beside it: the lossless check and the break-even model are not in the JSON.
+  cp results/metrics/report.md "$root/results/reference/$name/report.md"
   echo "reference results/reference/$name updated"
 else
   "$root/.venv/bin/speedbench" verify-reference --reference "$root/results/reference/$name" \

@@ -119,28 +119,30 @@ def test_the_grid_sends_each_level_its_prompts_baseline_and_sd_alike(tmp_path):
     }  # fmt: skip
 
 
-def test_the_category_table_shows_n_and_the_interval_where_there_is_one():
-    def row(load_bs, cats, questions, ci=None):
-        return SummaryRow(
-            config="draft_model-k3",
-            split="qualitative",
-            batch_size=load_bs,
-            output_throughput_tok_s=1.0,
-            per_user_tok_s=1.0,
-            error_rate=0.0,
-            ttft_p50_s=0.1,
-            tpot_p50_s=0.1,
-            al_speed_bench_request_mean=2.5,
-            al_speed_bench_by_category=cats,
-            al_speed_bench_by_category_ci=ci or {},
-            category_of_question=questions,
-        )
+def row(load_bs, questions, cats=None, ci=None):
+    """A draft_model-k3 level on the qualitative split with these questions' categories."""
+    return SummaryRow(
+        config="draft_model-k3",
+        split="qualitative",
+        batch_size=load_bs,
+        output_throughput_tok_s=1.0,
+        per_user_tok_s=1.0,
+        error_rate=0.0,
+        ttft_p50_s=0.1,
+        tpot_p50_s=0.1,
+        al_speed_bench_request_mean=2.5,
+        al_speed_bench_by_category=cats or {},
+        al_speed_bench_by_category_ci=ci or {},
+        category_of_question=questions,
+    )
 
-    single = row(1, {"a": 3.0}, {"a0": "a"})
+
+def test_the_category_table_shows_n_and_the_interval_where_there_is_one():
+    single = row(1, {"a0": "a"}, {"a": 3.0})
     five = row(
         16,
-        {"a": 2.5},
         {f"a{i}": "a" for i in range(5)},
+        {"a": 2.5},
         {"a": Interval(value=2.5, low=2.125, high=2.875)},
     )
     lines = category_table(SweepSummary(levels=[single, five]))
@@ -152,16 +154,6 @@ def test_the_category_table_shows_n_and_the_interval_where_there_is_one():
 
 
 def test_uneven_categories_show_the_range_of_questions():
-    row = SummaryRow(
-        config="ngram-k3",
-        split="s",
-        batch_size=1,
-        output_throughput_tok_s=1.0,
-        per_user_tok_s=1.0,
-        error_rate=0.0,
-        ttft_p50_s=0.1,
-        tpot_p50_s=0.1,
-        category_of_question={"a0": "a", "a1": "a", "a2": "a", "b0": "b"},
-    )
-    assert row.questions_per_category == "n=1-3"
-    assert row.model_copy(update={"category_of_question": {}}).questions_per_category == ""
+    uneven = row(1, {"a0": "a", "a1": "a", "a2": "a", "b0": "b"})
+    assert uneven.questions_per_category == "n=1-3"
+    assert uneven.model_copy(update={"category_of_question": {}}).questions_per_category == ""

@@ -9,9 +9,26 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+# Environment variables that lower the instruction set an engine's CPU kernels use below what
+# the CPU offers, and so change its arithmetic as a different CPU family would: oneDNN's
+# ceiling (vLLM-CPU's float32 and bf16 GEMMs are oneDNN matmuls), ATen's vectorised-kernel
+# level (torch's own ops) and MKL's. Documented in oneDNN's "CPU dispatcher control", torch's
+# ATen/native/DispatchStub.cpp and MKL's developer reference.
+KERNEL_CAP_VARIABLES = (
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "ATEN_CPU_CAPABILITY",
+    "MKL_ENABLE_INSTRUCTIONS",
+)
+
+
+def kernel_caps(env: Mapping[str, str]) -> dict[str, str]:
+    """The kernel-lowering variables set (non-empty) in an engine's environment."""
+    return {name: env[name] for name in KERNEL_CAP_VARIABLES if env.get(name)}
 
 
 @dataclass(frozen=True)
@@ -26,6 +43,8 @@ class CpuInfo:
         bf16: Whether bf16 arithmetic is native (AVX512-BF16 or AMX-BF16).
         amx: Whether AMX tiles are present.
         cores: Logical CPUs.
+        kernel_caps: Variables of the engine's environment that lower its kernels' instruction
+            set (:data:`KERNEL_CAP_VARIABLES`); empty when the kernels use what the CPU has.
     """
 
     model: str
@@ -34,6 +53,7 @@ class CpuInfo:
     bf16: bool
     amx: bool
     cores: int
+    kernel_caps: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
         """Plain-JSON form."""
@@ -42,14 +62,21 @@ class CpuInfo:
     def describe(self) -> str:
         """One line for a report: model, core count and the features that matter."""
         yes = {True: "yes", False: "no"}
+        caps = "".join(f", {name}={value}" for name, value in self.kernel_caps.items())
         return (
             f"{self.model}, {self.cores} cores, AVX-512 {yes[self.avx512]}, "
-            f"native bf16 {yes[self.bf16]}, AMX {yes[self.amx]} (kernels: {self.kernel_family})"
+            f"native bf16 {yes[self.bf16]}, AMX {yes[self.amx]} "
+            f"(kernels: {self.kernel_family}{caps})"
         )
 
 
-def cpu_info(cpuinfo: str | None = None) -> CpuInfo:
-    """Parse /proc/cpuinfo (or the given text)."""
+def cpu_info(cpuinfo: str | None = None, engine_env: Mapping[str, str] | None = None) -> CpuInfo:
+    """Parse /proc/cpuinfo (or the given text).
+
+    Args:
+        cpuinfo: The text of /proc/cpuinfo; None reads this host's.
+        engine_env: The engine's environment, whose kernel caps are recorded; None: none.
+    """
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
@@ -79,7 +106,7 @@ def cpu_info(cpuinfo: str | None = None) -> CpuInfo:
         family = "avx2"
     else:
         family = "other"
-    return CpuInfo(model, family, avx512, bf16, amx, cores)
+    return CpuInfo(model, family, avx512, bf16, amx, cores, kernel_caps(engine_env or {}))
 
 
 # Where a host's engine cores come from when the engine's config does not name them: a fact of

@@ -40,7 +40,7 @@ from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import EngineConfig, SpecConfig, SweepConfig
 from speedbench.engines.base import EngineError, get_engine
 from speedbench.engines.launchers import OpenEngine, check_available
-from speedbench.engines.running import RunningEngine
+from speedbench.engines.running import RunningEngine, engine_environment
 from speedbench.host import cpu_info
 from speedbench.level import LevelResult, load_level, measure_level, validate_items
 from speedbench.metrics.lossless import lossless_check
@@ -352,7 +352,7 @@ def run_grid(
         "launcher": engine.launcher,
         "dtype": engine.dtype,
         "engine_versions": {},
-        "host_cpu": cpu_info().as_dict(),
+        "host_cpu": cpu_info(engine_env=engine_environment(engine)).as_dict(),
         # What was generated: acceptance of two runs compares only under the same protocol.
         "protocol": {
             "max_tokens": base.max_tokens,

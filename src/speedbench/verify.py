@@ -15,7 +15,8 @@ the level's test, and the verdict says so. Verdicts:
   reference holds no per-question data to test with; or the level is missing.
 
 A reference records what its exactness rests on in ``provenance.json`` next to its
-``acceptance.json``.
+``acceptance.json``: the dtype, the engine and its version, the CPU's kernel family and any
+variable that capped the kernels' instruction set below it (``host_cpu.kernel_caps``).
 """
 
 from __future__ import annotations
@@ -97,11 +98,20 @@ def exact_contract(reference: dict[str, Any], fresh: dict[str, Any]) -> tuple[bo
     new_cpu = (fresh.get("host_cpu") or {}).get("kernel_family")
     if ref_cpu != new_cpu:
         diffs.append(f"CPU kernels {ref_cpu} vs {new_cpu}")
+    # A kernel cap (ONEDNN_MAX_CPU_ISA=AVX, ...) runs other kernels on the same CPU.
+    ref_caps = (reference.get("host_cpu") or {}).get("kernel_caps") or {}
+    new_caps = (fresh.get("host_cpu") or {}).get("kernel_caps") or {}
+    if ref_caps != new_caps:
+        diffs.append(f"kernel caps {_caps_text(ref_caps)} vs {_caps_text(new_caps)}")
     if set((reference.get("engine_versions") or {}).values()) != set(
         (fresh.get("engine_versions") or {}).values()
     ):
         diffs.append("engine version")
     return (not diffs), "; ".join(diffs)
+
+
+def _caps_text(caps: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(caps.items())) or "none"
 
 
 def protocol_difference(reference: dict[str, Any], fresh: dict[str, Any]) -> str:

@@ -2,18 +2,37 @@
 
 This is the project's published-number guarantee at small scale: greedy acceptance (AL per
 category, conditional AR per position) from a fresh pipeline run equals results/reference/ci
-exactly. Throughput is hardware-bound and only printed.
+exactly on a CPU of the reference's kernel family. On another family float32 kernels sum in
+another order, so only the statistical verdict is promised there (src/speedbench/verify.py).
+Throughput is hardware-bound and only printed.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from speedbench.config import EngineConfig
+from speedbench.engines.running import engine_environment
+from speedbench.host import cpu_info
+
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = ROOT / "results" / "reference" / "ci"
+
+
+def exactness_promised_here() -> bool:
+    """Whether this host runs the reference's kernels (its family, no kernel caps)."""
+    ref = json.loads((REFERENCE / "qualitative" / "provenance.json").read_text())["host_cpu"]
+    local = EngineConfig(model="m", launcher="local")
+    here = cpu_info(engine_env=engine_environment(local)).as_dict()
+    return (ref["kernel_family"], ref.get("kernel_caps") or {}) == (
+        here["kernel_family"],
+        here["kernel_caps"],
+    )
 
 
 def test_ci_preset_reproduces_the_committed_acceptance_exactly():
@@ -26,4 +45,7 @@ def test_ci_preset_reproduces_the_committed_acceptance_exactly():
     )
     tail = proc.stdout[-4000:] + proc.stderr[-4000:]
     assert proc.returncode == 0, tail
-    assert "acceptance matches the reference exactly (qualitative, throughput)" in proc.stdout, tail
+    if exactness_promised_here():
+        assert "acceptance matches the reference exactly (qualitative, throughput)" in proc.stdout
+    else:
+        assert "verdict: reproduced" in proc.stdout or "verdict: exact" in proc.stdout, tail

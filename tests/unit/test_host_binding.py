@@ -1,4 +1,4 @@
-"""Engine core binding: CPU lists, OpenMP settings, the client's cores, contention per core.
+"""Engine core binding: CPU lists, OpenMP settings, the client's cores, contention, kernel caps.
 
 The client keeps off the engine's cores, and contention counts only processes on them.
 """
@@ -12,10 +12,13 @@ import pytest
 from speedbench import contention
 from speedbench.config import EngineConfig
 from speedbench.contention import HostSnapshot, ProcSample
+from speedbench.engines.running import engine_environment
 from speedbench.host import (
     ENGINE_CPUS_ENV,
+    cpu_info,
     format_cpu_list,
     keep_off,
+    kernel_caps,
     openmp_binding_env,
     parse_cpu_list,
 )
@@ -139,3 +142,29 @@ def test_contention_counts_only_processes_allowed_on_the_engine_cores(monkeypatc
 )
 def test_engine_processes_are_told_by_their_server_not_by_a_mention(cmdline, engine):
     assert contention.is_engine_cmdline(cmdline) is engine
+
+
+AVX2_CPUINFO = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse4_2 avx avx2 fma\n"
+
+
+def test_kernel_caps_in_the_engine_environment_are_recorded_and_described():
+    env = {"ONEDNN_MAX_CPU_ISA": "AVX", "ATEN_CPU_CAPABILITY": "", "PATH": "/bin"}
+    info = cpu_info(AVX2_CPUINFO, engine_env=env)
+    assert info.kernel_family == "avx2"
+    assert info.kernel_caps == {"ONEDNN_MAX_CPU_ISA": "AVX"}
+    assert info.describe() == (
+        "AMD EPYC, 1 cores, AVX-512 no, native bf16 no, AMX no "
+        "(kernels: avx2, ONEDNN_MAX_CPU_ISA=AVX)"
+    )
+    assert cpu_info(AVX2_CPUINFO).kernel_caps == {}
+
+
+def test_a_local_engine_inherits_the_shell_and_a_container_does_not(monkeypatch):
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "SSE41")
+    local = EngineConfig(model="m", launcher="local", env={"ATEN_CPU_CAPABILITY": "default"})
+    docker = EngineConfig(model="m", launcher="docker", env={"ATEN_CPU_CAPABILITY": "default"})
+    assert kernel_caps(engine_environment(local)) == {
+        "ONEDNN_MAX_CPU_ISA": "SSE41",
+        "ATEN_CPU_CAPABILITY": "default",
+    }
+    assert kernel_caps(engine_environment(docker)) == {"ATEN_CPU_CAPABILITY": "default"}

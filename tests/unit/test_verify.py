@@ -193,3 +193,31 @@ def test_the_reason_exactness_is_not_promised_names_the_dtype():
     verdicts = verify({"ngram-k3/q/bs4": level(BASE)}, {"ngram-k3/q/bs4": level(moved)}, gguf, gguf)
     (al,) = [v for v in verdicts if v.figure == "speed_bench.al_request_mean"]
     assert al.verdict == "reproduced" and al.detail.startswith("dtype auto at batch size > 1; ")
+
+
+def test_a_kernel_cap_on_the_same_cpu_lifts_the_promise_of_exactness():
+    # ONEDNN_MAX_CPU_ISA=AVX runs other GEMM kernels on the same AVX2 CPU: like another family.
+    capped = {
+        **FP32_AVX2,
+        "host_cpu": {"kernel_family": "avx2", "kernel_caps": {"ONEDNN_MAX_CPU_ISA": "AVX"}},
+    }
+    drift = {**BASE, "a1": BASE["a1"] + 0.05, "b2": BASE["b2"] - 0.05, "b3": BASE["b3"] + 0.01}
+    verdicts = verify(
+        {"ngram-k3/q/bs4": level(BASE)}, {"ngram-k3/q/bs4": level(drift)}, FP32_AVX2, capped
+    )
+    moved = [v for v in verdicts if v.verdict != "exact"]
+    assert moved and {v.verdict for v in moved} == {"reproduced"}
+    assert "kernel caps none vs ONEDNN_MAX_CPU_ISA=AVX" in moved[0].detail
+
+
+def test_the_same_kernel_cap_on_both_sides_keeps_exactness_promised():
+    capped = {
+        **FP32_AVX2,
+        "host_cpu": {"kernel_family": "avx2", "kernel_caps": {"ONEDNN_MAX_CPU_ISA": "AVX"}},
+    }
+    moved = {**BASE, "a0": 2.5}
+    verdicts = verify(
+        {"ngram-k3/q/bs4": level(BASE)}, {"ngram-k3/q/bs4": level(moved)}, capped, capped
+    )
+    assert overall(verdicts) == "not_reproduced"
+    assert "exactness is promised here" in next(v for v in verdicts if v.verdict != "exact").detail

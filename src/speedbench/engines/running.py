@@ -6,6 +6,7 @@ Launchers (local process, Docker container, external server) each produce a
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
@@ -133,3 +134,14 @@ def server_environment(engine: EngineConfig, adapter: EngineAdapter) -> dict[str
     """
     binding = openmp_binding_env(engine.cpu_ids) if engine.cpus else {}
     return {**binding, **adapter.server_env(engine), **engine.env}
+
+
+def engine_environment(engine: EngineConfig) -> dict[str, str]:
+    """The part of the server's environment the config or this process decides.
+
+    A local server inherits this process's environment (so a variable exported in the shell
+    reaches it), a container only gets what the launcher passes, and of an external server
+    nothing is known.
+    """
+    inherited = dict(os.environ) if engine.launcher == "local" else {}
+    return {**inherited, **engine.env}

@@ -424,8 +424,9 @@ def host_line(summaries: dict[str, SweepSummary]) -> str:
     for s in summaries.values():
         cpu = s.provenance.get("host_cpu") or {}
         if cpu:
+            caps = "".join(f" ({k}={v})" for k, v in sorted((cpu.get("kernel_caps") or {}).items()))
             parts.add(
-                f"{cpu.get('cores')} cores, kernels {cpu.get('kernel_family')}, "
+                f"{cpu.get('cores')} cores, kernels {cpu.get('kernel_family')}{caps}, "
                 f"AVX-512 {'yes' if cpu.get('avx512') else 'no'}, "
                 f"bf16 {'native' if cpu.get('bf16') else 'emulated'}, "
                 f"AMX {'yes' if cpu.get('amx') else 'no'}, dtype {s.provenance.get('dtype')}"

@@ -31,6 +31,11 @@ def kernel_caps(env: Mapping[str, str]) -> dict[str, str]:
     return {name: env[name] for name in KERNEL_CAP_VARIABLES if env.get(name)}
 
 
+def format_kernel_caps(caps: Mapping[str, str]) -> str:
+    """``NAME=VALUE`` pairs, sorted and comma-separated ('' for none): one form everywhere."""
+    return ",".join(f"{name}={value}" for name, value in sorted(caps.items()))
+
+
 @dataclass(frozen=True)
 class CpuInfo:
     """The CPU as speedbench reports it next to a number.
@@ -62,7 +67,7 @@ class CpuInfo:
     def describe(self) -> str:
         """One line for a report: model, core count and the features that matter."""
         yes = {True: "yes", False: "no"}
-        caps = "".join(f", {name}={value}" for name, value in self.kernel_caps.items())
+        caps = f", {format_kernel_caps(self.kernel_caps)}" if self.kernel_caps else ""
         return (
             f"{self.model}, {self.cores} cores, AVX-512 {yes[self.avx512]}, "
             f"native bf16 {yes[self.bf16]}, AMX {yes[self.amx]} "

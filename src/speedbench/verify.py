@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from speedbench.host import format_kernel_caps
 from speedbench.metrics.bootstrap import Interval, bootstrap_ci
 
 EXACT, REPRODUCED, NOT_REPRODUCED = "exact", "reproduced", "not_reproduced"
@@ -102,16 +103,13 @@ def exact_contract(reference: dict[str, Any], fresh: dict[str, Any]) -> tuple[bo
     ref_caps = (reference.get("host_cpu") or {}).get("kernel_caps") or {}
     new_caps = (fresh.get("host_cpu") or {}).get("kernel_caps") or {}
     if ref_caps != new_caps:
-        diffs.append(f"kernel caps {_caps_text(ref_caps)} vs {_caps_text(new_caps)}")
+        ref_text, new_text = (format_kernel_caps(c) or "none" for c in (ref_caps, new_caps))
+        diffs.append(f"kernel caps {ref_text} vs {new_text}")
     if set((reference.get("engine_versions") or {}).values()) != set(
         (fresh.get("engine_versions") or {}).values()
     ):
         diffs.append("engine version")
     return (not diffs), "; ".join(diffs)
-
-
-def _caps_text(caps: dict[str, str]) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted(caps.items())) or "none"
 
 
 def protocol_difference(reference: dict[str, Any], fresh: dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from speedbench.host import format_kernel_caps
 from speedbench.results import SummaryRow, SweepSummary
 
 STAGE_DIRS = ("qualitative", "throughput")
@@ -424,7 +425,8 @@ def host_line(summaries: dict[str, SweepSummary]) -> str:
     for s in summaries.values():
         cpu = s.provenance.get("host_cpu") or {}
         if cpu:
-            caps = "".join(f" ({k}={v})" for k, v in sorted((cpu.get("kernel_caps") or {}).items()))
+            caps = format_kernel_caps(cpu.get("kernel_caps") or {})
+            caps = f" ({caps})" if caps else ""
             parts.add(
                 f"{cpu.get('cores')} cores, kernels {cpu.get('kernel_family')}{caps}, "
                 f"AVX-512 {'yes' if cpu.get('avx512') else 'no'}, "

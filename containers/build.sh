@@ -26,7 +26,7 @@ if ! exists "$ENGINE"; then
   [ -d "$site" ] || { echo "no $site: run \`make engine-env\` first"; exit 1; }
   ctx=.cache/docker/vllm-cpu
   rm -rf "$ctx" && mkdir -p "$ctx"
-  cp containers/vllm-cpu/Dockerfile "$ctx/"
+  cp containers/vllm-cpu/Dockerfile containers/vllm-cpu/vllm "$ctx/"
   cp -al "$site" "$ctx/site-packages" 2>/dev/null || cp -a "$site" "$ctx/site-packages"
   find "$ctx/site-packages" -name '__pycache__' -prune -exec rm -rf {} +
   docker build --quiet --build-arg BASE="$BASE" -t "$ENGINE" "$ctx"

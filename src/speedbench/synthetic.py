@@ -13,13 +13,22 @@ It also speaks SGLang's native dialect: ``POST /generate`` with ``input_ids`` st
 object), the first chunk being the one prefill token, and ``GET /get_server_info`` reports
 ``avg_spec_accept_length`` the way SGLang computes it (completion tokens / verify steps, over
 every request since the start). That lets the SGLang adapter run through the real client here,
-where no SGLang can.
+where no SGLang can. Like SGLang's (srt/entrypoints/http_server.py), its ``POST /flush_cache``
+answers 400 while any request is running.
+
+With ``completions="trtllm"`` ``/v1/completions`` speaks trtllm-serve's dialect, shaped on its
+completion post-processor (tensorrt_llm/serve/postprocess_handlers.py): a chunk carries
+``token_ids`` only when the request has ``detokenize: false`` (and then empty text), otherwise
+text and ``"token_ids": null``; the first chunk is the prefill token. ``GET /metrics`` returns
+the iteration statistics since the last read as a JSON list, one iteration per verify step with
+``specDecodingStats``, kept in a ``deque(maxlen=iter_stats_max_iterations)`` and emptied on
+read, as trtllm-serve keeps them; ``/stats`` counts the iterations made and those the deque lost.
 
 Prompts whose first token id is listed in ``faults`` get a fault instead of a normal answer (HTTP
 500, 429, a truncated or dropped stream, a stall, an error event, a malformed chunk), and ids at
 or above ``vocab_size`` get vLLM's HTTP 400. ``GET /stats`` reports how many streams were open
 at once, which the tests use to check the client's in-flight budget. The prefix-cache resets of
-both dialects (``POST /reset_prefix_cache``, ``POST /flush_cache``) answer success.
+both dialects (``POST /reset_prefix_cache``, ``POST /flush_cache``) empty nothing.
 
 It is a measuring instrument for the client only: it never stands in for an engine in a result.
 Run it with ``speedbench synthetic-server`` or :func:`serve_in_subprocess`.
@@ -36,7 +45,7 @@ import random
 import subprocess
 import sys
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,6 +59,8 @@ FAULTS = (
     "error_event",  # an error object inside a 200 stream
     "bad_json",  # a chunk that is not JSON
 )
+
+COMPLETION_DIALECTS = ("vllm", "trtllm")
 
 
 @dataclasses.dataclass
@@ -66,6 +77,9 @@ class SyntheticOptions:
         fault_repeats: How many 429s a ``http_429`` prompt gets before it is served.
         stall_s: How long a ``stall`` prompt waits before its first chunk.
         seed: Seeds the chunk sizes (per request: seed + the prompt's first id).
+        completions: Dialect of ``/v1/completions``: ``vllm`` or ``trtllm``.
+        iter_stats_max_iterations: The trtllm dialect's bound on kept iteration statistics
+            (trtllm-serve's default is 1,000).
     """
 
     ttft_s: float = 0.0
@@ -77,8 +91,14 @@ class SyntheticOptions:
     fault_repeats: int = 2
     stall_s: float = 30.0
     seed: int = 0
+    completions: str = "vllm"
+    iter_stats_max_iterations: int = 1000
 
     def __post_init__(self) -> None:
+        if self.completions not in COMPLETION_DIALECTS:
+            raise ValueError(
+                f"completions dialect {self.completions!r} is not one of {COMPLETION_DIALECTS}"
+            )
         for first_id, fault in self.faults.items():
             if fault not in FAULTS:
                 raise ValueError(f"fault for token {first_id}: {fault!r} is not one of {FAULTS}")
@@ -98,7 +118,8 @@ def chunk_sizes(total: int, k: int, accept_p: float, rng: random.Random) -> list
 
 
 class _Stats:
-    def __init__(self) -> None:
+    def __init__(self, iter_stats_max_iterations: int = 1000) -> None:
+        self.iteration_stats: deque[dict[str, object]] = deque(maxlen=iter_stats_max_iterations)
         self.reset()
 
     def reset(self) -> None:
@@ -110,6 +131,24 @@ class _Stats:
         self.seen: Counter[int] = Counter()
         self.completion_tokens = 0  # SGLang dialect: what avg_spec_accept_length divides
         self.verify_steps = 0
+        self.iterations = 0  # TensorRT-LLM dialect: iteration stats made, and lost to the bound
+        self.iterations_lost = 0
+        self.iteration_stats.clear()
+
+    def add_iteration(self, drafted: int, accepted: int) -> None:
+        """One trtllm-serve iteration statistic of one verify step."""
+        self.iterations += 1
+        if len(self.iteration_stats) == self.iteration_stats.maxlen:
+            self.iterations_lost += 1
+        sd = {"numDraftTokens": drafted, "numAcceptedTokens": accepted,
+              "numRequestsWithDraftTokens": 1 if drafted else 0}  # fmt: skip
+        self.iteration_stats.append({"iter": self.iterations, "specDecodingStats": sd})
+
+    def drain_iterations(self) -> list[dict[str, object]]:
+        """The kept iteration statistics, emptied (trtllm-serve's /metrics)."""
+        out = list(self.iteration_stats)
+        self.iteration_stats.clear()
+        return out
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -118,6 +157,8 @@ class _Stats:
             "active_at_arrival": {str(k): v for k, v in sorted(self.active_at_arrival.items())},
             "requests": self.requests,
             "chunks": self.chunks,
+            "iterations": self.iterations,
+            "iterations_lost": self.iterations_lost,
             "cpu_s": time.process_time(),
         }
 
@@ -192,7 +233,9 @@ class _Connection(asyncio.Protocol):
         self._send(status, json.dumps(data).encode(), "application/json", extra)
 
     async def _route(self, method: str, path: str, body: bytes) -> None:
-        if path in ("/health", "/metrics"):
+        if path == "/metrics" and self.options.completions == "trtllm":
+            self._json("200 OK", self.stats.drain_iterations())
+        elif path in ("/health", "/metrics"):
             self._send("200 OK", b"", "text/plain")
         elif path == "/version":
             self._json("200 OK", {"version": "synthetic"})
@@ -203,8 +246,14 @@ class _Connection(asyncio.Protocol):
         elif path == "/reset" and method == "POST":
             self.stats.reset()
             self._json("200 OK", {"reset": True})
-        elif path in ("/reset_prefix_cache", "/flush_cache") and method == "POST":
-            # vLLM's and SGLang's prefix-cache resets; there is no cache here to empty.
+        elif path == "/flush_cache" and method == "POST":
+            # SGLang refuses while requests run; there is no cache here to empty.
+            if self.stats.active:
+                self._send("400 Bad Request", b"Cache not flushed: requests are running.\n",
+                           "text/plain")  # fmt: skip
+            else:
+                self._send("200 OK", b"Cache flushed.\n", "text/plain")
+        elif path == "/reset_prefix_cache" and method == "POST":
             self._json("200 OK", {"success": True})
         elif path == "/get_server_info":
             steps = self.stats.verify_steps
@@ -242,7 +291,8 @@ class _Connection(asyncio.Protocol):
             self._json("429 Too Many Requests", {"error": "slow down"}, "Retry-After: 0\r\n")
             return
         rng = random.Random(opts.seed + first)
-        if sglang:  # prefill yields one token, then one chunk per verification step
+        trtllm = not sglang and opts.completions == "trtllm"
+        if sglang or trtllm:  # prefill yields one token, then one chunk per verification step
             sizes = [1, *chunk_sizes(total - 1, opts.k, opts.accept_p, rng)]
         else:
             sizes = chunk_sizes(total, opts.k, opts.accept_p, rng)
@@ -255,6 +305,8 @@ class _Connection(asyncio.Protocol):
         try:
             if sglang:
                 await self._stream_sglang(first, sizes, fault)
+            elif trtllm:
+                await self._stream_trtllm(request, first, sizes, fault)
             else:
                 await self._stream(request, first, sizes, fault)
         finally:
@@ -312,6 +364,52 @@ class _Connection(asyncio.Protocol):
             self._event(b"[DONE]")
         transport.write(b"0\r\n\r\n")
 
+    async def _stream_trtllm(
+        self, request: dict, first: int, sizes: list[int], fault: str | None
+    ) -> None:
+        """trtllm-serve's completion stream: ids only without detokenization."""
+        opts, transport = self.options, self.transport
+        assert transport is not None
+        transport.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        detokenize = request.get("detokenize", True)
+        position = first
+        for step, size in enumerate(sizes):
+            if self.closed:
+                return
+            await asyncio.sleep(opts.ttft_s if step == 0 else opts.interval_s)
+            ids = [(position + i) % opts.vocab_size for i in range(size)]
+            position += size
+            if step:
+                self.stats.add_iteration(opts.k, size - 1)
+            last = step == len(sizes) - 1 and fault not in ("truncate", "drop")
+            choice = {
+                "index": 0,
+                "text": " ".join(map(str, ids)) if detokenize else "",
+                "token_ids": None if detokenize else ids,
+                "finish_reason": "length" if last else None,
+                "stop_reason": None,
+                "avg_decoded_tokens_per_iter": None,
+            }
+            chunk = {"id": f"cmpl-{first}", "object": "text_completion", "model": "synthetic",
+                     "choices": [choice], "usage": None}  # fmt: skip
+            self._event(json.dumps(chunk).encode())
+            self.stats.chunks += 1
+            await self.writable.wait()
+        if fault == "drop":
+            transport.abort()
+            return
+        if fault != "truncate":
+            if (request.get("stream_options") or {}).get("include_usage", False):
+                usage = {"prompt_tokens": 1, "completion_tokens": sum(sizes),
+                         "total_tokens": 1 + sum(sizes)}  # fmt: skip
+                self._event(json.dumps({"choices": [], "model": "synthetic",
+                                        "usage": usage}).encode())  # fmt: skip
+            self._event(b"[DONE]")
+        transport.write(b"0\r\n\r\n")
+
     async def _stream_sglang(self, first: int, sizes: list[int], fault: str | None) -> None:
         """SGLang's /generate stream: cumulative output_ids, counts in meta_info."""
         opts, transport = self.options, self.transport
@@ -359,7 +457,7 @@ class _Connection(asyncio.Protocol):
 
 async def serve(options: SyntheticOptions, host: str = "127.0.0.1", port: int = 8100) -> None:
     """Serve forever."""
-    stats = _Stats()
+    stats = _Stats(options.iter_stats_max_iterations)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
         lambda: _Connection(options, stats), host, port, backlog=4096, reuse_address=True
@@ -420,6 +518,8 @@ def to_args(options: SyntheticOptions) -> list[str]:
         f"--fault-repeats={options.fault_repeats}",
         f"--stall-s={options.stall_s}",
         f"--seed={options.seed}",
+        f"--completions={options.completions}",
+        f"--iter-stats-max-iterations={options.iter_stats_max_iterations}",
     ]
     return args + [f"--fault={tok}={fault}" for tok, fault in options.faults.items()]
 
@@ -438,6 +538,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[SyntheticOptions, str, in
     p.add_argument("--stall-s", type=float, default=30.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--fault", action="append", default=[], metavar="TOKEN=KIND")
+    p.add_argument("--completions", choices=COMPLETION_DIALECTS, default="vllm")
+    p.add_argument("--iter-stats-max-iterations", type=int, default=1000)
     a = p.parse_args(argv)
     faults = {}
     for item in a.fault:
@@ -445,7 +547,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[SyntheticOptions, str, in
         faults[int(token)] = kind
     options = SyntheticOptions(
         a.ttft_s, a.interval_s, a.k, a.accept_p, a.vocab_size, faults, a.fault_repeats,
-        a.stall_s, a.seed,
+        a.stall_s, a.seed, a.completions, a.iter_stats_max_iterations,
     )  # fmt: skip
     return options, a.host, a.port
 

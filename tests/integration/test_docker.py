@@ -131,13 +131,13 @@ def test_the_container_was_labelled_and_logged(both_launchers):
     # Bound to this test process's engine core (tests/conftest.py): the cpuset says so.
     cpus = os.environ[ENGINE_CPUS_ENV]
     assert log.startswith(
-        f"$ docker run --cpuset-cpus {cpus} {IMAGE} python3 -m vllm.entrypoints.openai.api_server"
+        f"$ docker run --cpuset-cpus {cpus} {IMAGE} vllm serve"
     )
     # The level's host figures name the engine's cores where it runs on this host; the cores of
     # a Docker host reached over ssh:// are another machine's, as far as speedbench can tell.
     assert both_launchers["local-host"].engine_cpus == cpus
     assert both_launchers["docker-host"].engine_cpus is None
-    assert "--model /models/target" in log and '"model": "/models/draft"' in log
+    assert "vllm serve /models/target" in log and '"model": "/models/draft"' in log
     assert "Application startup complete" in log
     # Stopped (SIGTERM) and drained before removal, so the shutdown is in the log too.
     assert "[shutdown] API server: shutdown triggered" in log.split("Application startup")[1]

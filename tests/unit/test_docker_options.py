@@ -41,14 +41,14 @@ def test_create_call_mounts_models_binds_loopback_and_drops_privileges(tmp_path)
     spec = SpecConfig(method="draft_model", num_speculative_tokens=3, draft_model=str(draft))
     opts = container_options(engine, spec)
     assert opts["image"] == "vllm/vllm-openai:v0.32.0"
-    assert opts["entrypoint"] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    assert opts["entrypoint"] == ["vllm", "serve"]
     assert opts["ports"] == {"8000/tcp": ("127.0.0.1", 8123)}
     assert opts["volumes"] == {
         str(target): {"bind": "/models/target", "mode": "ro"},
         str(draft): {"bind": "/models/draft", "mode": "ro"},
     }
     cmd = opts["command"]
-    assert cmd[cmd.index("--model") + 1] == "/models/target"
+    assert cmd[0] == "/models/target"  # vllm serve takes the model as its positional argument
     assert cmd[cmd.index("--host") + 1] == "0.0.0.0" and cmd[cmd.index("--port") + 1] == "8000"
     assert json.loads(cmd[cmd.index("--speculative-config") + 1])["model"] == "/models/draft"
     assert opts["device_requests"][0]["Count"] == -1
@@ -76,7 +76,7 @@ def test_on_a_remote_host_absolute_paths_are_directories_there(tmp_path, monkeyp
     # Neither path exists here: the target is mounted from the GPU host, the hub id passes.
     assert opts["volumes"] == {"/srv/models/llama-70b": {"bind": "/models/target", "mode": "ro"}}
     cmd = opts["command"]
-    assert cmd[cmd.index("--model") + 1] == "/models/target"
+    assert cmd[0] == "/models/target"  # vllm serve takes the model as its positional argument
     assert json.loads(cmd[cmd.index("--speculative-config") + 1])["model"] == "org/eagle3-head"
 
 

@@ -206,8 +206,14 @@ def test_sglang_server_acceptance_length(sglang):
 def test_trtllm_options_yaml(trtllm, spec, expected):
     ((name, text),) = trtllm.launch_files(ENGINE, spec).items()
     assert name == "extra_llm_api_options.yaml"
-    # No reset endpoint: the default prefix_cache "reset" becomes no block reuse at all.
-    assert yaml.safe_load(text) == {**expected, "kv_cache_config": {"enable_block_reuse": False}}
+    # No reset endpoint: the default prefix_cache "reset" becomes no block reuse at all; the
+    # dtype and the iteration-stat bound go to every launch.
+    assert yaml.safe_load(text) == {
+        **expected,
+        "kv_cache_config": {"enable_block_reuse": False},
+        "dtype": "bfloat16",
+        "iter_stats_max_iterations": 100_000,
+    }
     args = trtllm.server_args(ENGINE, spec)
     assert args == [
         "/m", "--backend", "pytorch", "--host", "127.0.0.1", "--port", "30000",
@@ -223,11 +229,17 @@ def test_trtllm_has_no_eagle1_or_suffix(trtllm):
 def test_trtllm_request_and_chunks(trtllm):
     body = trtllm.request_body(ENGINE, [5, 6], 32, 0.0, None, True)
     assert body["prompt"] == [5, 6] and body["stream"] is True and "seed" not in body
-    with_ids = b'{"choices":[{"index":0,"text":" a b","token_ids":[7,8],"finish_reason":null}]}'
+    # trtllm-serve streams token ids only without detokenization (postprocess_handlers.py:
+    # token_ids = None if args.detokenize else output.token_ids_diff; text "" then).
+    assert body["detokenize"] is False
+    with_ids = b'{"choices":[{"index":0,"text":"","token_ids":[7,8],"finish_reason":null}]}'
     assert trtllm.parse_event(with_ids).token_ids == [7, 8]
-    text_only = b'{"choices":[{"index":0,"text":" a","finish_reason":"length"}]}'
-    event = trtllm.parse_event(text_only)
-    assert event.extra == {"text_only": True} and event.finish_reason == "length"
+    last = b'{"choices":[{"index":0,"text":"","token_ids":[],"finish_reason":"length"}]}'
+    event = trtllm.parse_event(last)
+    assert event.token_ids == [] and event.finish_reason == "length" and event.error is None
+    # A server that detokenized anyway: the request fails, saying why, not 0 tokens recorded.
+    text_only = b'{"choices":[{"index":0,"text":" a","token_ids":null,"finish_reason":null}]}'
+    assert "without token_ids" in trtllm.parse_event(text_only).error
 
 
 def test_trtllm_iteration_stats_give_exact_al(trtllm):

@@ -8,8 +8,10 @@ generator's request loop.
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -40,6 +42,52 @@ def scrape_metrics(engine: EngineConfig, adapter: EngineAdapter) -> str | None:
     return resp.text if resp.status_code == 200 else None
 
 
+# How often a level reads the counters of an engine whose metrics endpoint empties on read
+# (TensorRT-LLM keeps iteration stats in a bounded deque, so reading only at the end would lose
+# every iteration past its length).
+DRAIN_INTERVAL_S = 2.0
+
+
+class DrainedCounters:
+    """The sum of an engine's drain-on-read counters over every read made during a level."""
+
+    def __init__(self, engine: EngineConfig, adapter: EngineAdapter) -> None:
+        self.engine, self.adapter = engine, adapter
+        self.total: SpecCounters | None = None
+        self.reads = 0
+        self._lock = threading.Lock()
+
+    def read(self) -> str | None:
+        """One read of the endpoint, added to the total; the page (None if unavailable)."""
+        text = scrape_metrics(self.engine, self.adapter)
+        if text is not None:
+            counters = self.adapter.parse_counters(text)
+            with self._lock:
+                self.total = counters if self.total is None else self.total + counters
+                self.reads += 1
+        return text
+
+
+@contextmanager
+def draining(
+    counters: DrainedCounters, interval_s: float = DRAIN_INTERVAL_S
+) -> Iterator[DrainedCounters]:
+    """Read ``counters`` every ``interval_s`` seconds in a thread while the block runs."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(interval_s):
+            counters.read()
+
+    thread = threading.Thread(target=loop, name="drain-counters", daemon=True)
+    thread.start()
+    try:
+        yield counters
+    finally:
+        stop.set()
+        thread.join()
+
+
 def server_acceptance_length(adapter: EngineAdapter, metrics_text: str | None) -> float | None:
     """The engine's own running AL, for adapters whose server states one (SGLang)."""
     if metrics_text is None:
@@ -50,14 +98,22 @@ def server_acceptance_length(adapter: EngineAdapter, metrics_text: str | None) -
         return None
 
 
-def reset_prefix_cache(engine: EngineConfig, adapter: EngineAdapter, tries: int = 5) -> None:
-    """Empty the engine's prefix cache (its reset endpoint), retrying while blocks are held.
+def reset_prefix_cache(engine: EngineConfig, adapter: EngineAdapter, wait_s: float = 60.0) -> None:
+    """Empty the engine's prefix cache (its reset endpoint), retrying while the engine is busy.
+
+    vLLM answers 200 with ``success: false`` while a request still holds blocks; SGLang answers
+    its ``reset_cache_busy_status`` (400) while requests are running or waiting, e.g. the abort
+    of a request the client timed out. Both are retried for up to ``wait_s`` seconds.
 
     Raises:
-        EngineError: The engine has no such endpoint (a server started without it) or refused.
+        EngineError: The engine has no such endpoint (a server started without it), refused
+            otherwise, or was still busy after ``wait_s``.
     """
     url = engine.base_url + str(adapter.reset_cache_path)
-    for attempt in range(tries):
+    deadline = time.monotonic() + wait_s
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             resp = httpx.post(url, timeout=30.0)
         except httpx.TransportError as exc:
@@ -67,17 +123,23 @@ def reset_prefix_cache(engine: EngineConfig, adapter: EngineAdapter, tries: int 
                 f"the engine at {engine.base_url} has no {adapter.reset_cache_path} (vLLM serves "
                 "it with VLLM_SERVER_DEV_MODE=1); set prefix_cache to keep or off"
             )
-        if resp.status_code != 200:
+        busy = resp.status_code == adapter.reset_cache_busy_status
+        if resp.status_code != 200 and not busy:
             raise EngineError(f"prefix-cache reset at {url}: HTTP {resp.status_code}")
-        body = (
-            resp.json()
-            if resp.headers.get("content-type", "").startswith("application/json")
-            else {}
-        )
-        if body.get("success", True):
-            return
-        time.sleep(0.2 * (attempt + 1))  # vLLM refuses while a request still holds blocks
-    raise EngineError(f"prefix-cache reset at {url} still refused after {tries} tries")
+        if not busy:
+            body = (
+                resp.json()
+                if resp.headers.get("content-type", "").startswith("application/json")
+                else {}
+            )
+            if body.get("success", True):
+                return
+        if time.monotonic() >= deadline:
+            raise EngineError(
+                f"prefix-cache reset at {url} still refused after {attempt} tries in "
+                f"{wait_s:g} s (HTTP {resp.status_code}: the engine still has requests)"
+            )
+        time.sleep(min(0.2 * attempt, 2.0))
 
 
 def prefix_cache_delta(
@@ -95,12 +157,10 @@ def prefix_cache_delta(
 def counter_delta(
     adapter: EngineAdapter, before: SpecCounters | None, after: SpecCounters | None
 ) -> SpecCounters | None:
-    """The engine's SD counters over a run (engines that reset on read report it directly)."""
-    if after is None:
+    """The cumulative SD counters over a run (drain-on-read engines: :class:`DrainedCounters`)."""
+    if after is None or before is None:
         return None
-    if adapter.counters_reset_on_read:
-        return after
-    return after - before if before is not None else None
+    return after - before
 
 
 def check_open_loop(settings: LoadSettings) -> None:
@@ -144,19 +204,29 @@ def run_load(
         workers = 1
     else:
         workers = min(settings.workers or auto_workers(settings.batch_size), settings.batch_size)
-    before_text = scrape_metrics(engine, adapter)
+    before_text = scrape_metrics(engine, adapter)  # drains what came before, where reads do
     before = adapter.parse_counters(before_text) if before_text is not None else None
-    if workers == 1:
-        result = run_async(
-            run_in_process(engine, spec, adapter, items, settings, tokenizer, on_record)
-        )
-    else:
-        result = run_multiprocess(
+    drained = DrainedCounters(engine, adapter)
+
+    def drive() -> LoadResult:
+        if workers == 1:
+            return run_async(
+                run_in_process(engine, spec, adapter, items, settings, tokenizer, on_record)
+            )
+        return run_multiprocess(
             engine, spec, adapter, items, settings, tokenizer, on_record, workers, parts_dir
         )
-    after_text = scrape_metrics(engine, adapter)
-    after = adapter.parse_counters(after_text) if after_text is not None else None
-    result.counters = counter_delta(adapter, before, after)
+
+    if adapter.counters_reset_on_read:
+        with draining(drained):
+            result = drive()
+        after_text = drained.read()
+        result.counters = drained.total
+    else:
+        result = drive()
+        after_text = scrape_metrics(engine, adapter)
+        after = adapter.parse_counters(after_text) if after_text is not None else None
+        result.counters = counter_delta(adapter, before, after)
     if (cache := prefix_cache_delta(adapter, before_text, after_text)) is not None:
         result.extras["prefix_cache"] = cache
     if (server_al := server_acceptance_length(adapter, after_text)) is not None:

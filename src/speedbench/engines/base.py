@@ -9,14 +9,22 @@ calls :func:`register_engine`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
 from speedbench.config import ENGINE_KINDS, EngineConfig, SpecConfig
 from speedbench.metrics.acceptance import SpecCounters
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+DEFAULT_ENGINE_PYTHON = REPO_ROOT / ".venv-engine" / "bin" / "python"
+# Where a container sees the launch files (an options YAML) the Docker launcher copies in; a
+# local launch writes them beside its log and passes that folder instead.
+LAUNCH_FILES_DIR = "/speedbench"
 
 
 class EngineError(RuntimeError):
@@ -84,6 +92,38 @@ def stream_error(data: dict[str, Any]) -> StreamEvent | None:
     return StreamEvent(error=f"engine error in stream: {msg}")
 
 
+def engine_python(engine: EngineConfig) -> str:
+    """The engine environment's interpreter: config, $SPEEDBENCH_ENGINE_PYTHON or .venv-engine.
+
+    Raises:
+        EngineError: It does not exist (with the make target that builds it).
+    """
+    python = (
+        engine.python or os.environ.get("SPEEDBENCH_ENGINE_PYTHON") or str(DEFAULT_ENGINE_PYTHON)
+    )
+    if not Path(python).exists():
+        raise EngineError(
+            f"engine interpreter not found: {python} "
+            "(run `make engine-env` or set EngineConfig.python)"
+        )
+    return python
+
+
+def console_script(engine: EngineConfig, name: str) -> str:
+    """The engine's own command (``vllm``, ``trtllm-serve``) beside its environment's python.
+
+    The path is not resolved: a venv's python is a symlink, and its scripts live beside the
+    link, not beside the interpreter it points to.
+
+    Raises:
+        EngineError: The environment has no such command.
+    """
+    script = Path(engine_python(engine)).parent / name
+    if not script.exists():
+        raise EngineError(f"{name} not found beside {engine_python(engine)}: install the engine")
+    return str(script)
+
+
 @runtime_checkable
 class EngineAdapter(Protocol):
     """What speedbench needs from an inference engine.
@@ -101,6 +141,8 @@ class EngineAdapter(Protocol):
     counters_reset_on_read: bool = False
     # POST here empties the engine's prefix cache between levels (None: the engine has none).
     reset_cache_path: str | None = None
+    # The HTTP status with which the reset endpoint says "busy, try again" (SGLang: 400).
+    reset_cache_busy_status: int | None = None
     # What the engine loads: a Hugging Face model directory ("hf") or a GGUF file ("gguf").
     weights_format: str = "hf"
 
@@ -115,8 +157,26 @@ class EngineAdapter(Protocol):
             return "unknown"
 
     def server_command(self, engine: EngineConfig) -> list[str]:
-        """What a local launch runs before the server arguments (empty: a Python module)."""
-        return []
+        """What a local launch runs before the server arguments (the engine's own command)."""
+        ...
+
+    def drafting_shape(self, spec: SpecConfig) -> str:
+        """What this engine drafts for ``spec``, in words a cross-engine table can show.
+
+        The same ``method`` and ``k`` are not the same drafter everywhere (SGLang's n-gram
+        drafts a tree, TensorRT-LLM's shares one n-gram pool across requests), so an AL is
+        only comparable next to this.
+        """
+        if not spec.is_speculative:
+            return "none"
+        return f"chain of {spec.num_speculative_tokens}"
+
+    def concurrency_cap(self, engine: EngineConfig, spec: SpecConfig) -> int | None:
+        """The most requests the server runs at once for this config, where it sets one.
+
+        A batch size above it would be measured as the cap, so the sweep refuses it up front.
+        """
+        return engine.max_num_seqs
 
     def launch_files(self, engine: EngineConfig, spec: SpecConfig) -> dict[str, str]:
         """Files the server needs at launch (name -> text), e.g. an options YAML; none here."""
@@ -144,8 +204,14 @@ class EngineAdapter(Protocol):
         """Cumulative prefix-cache (queried, hit) tokens on the metrics page, where it has them."""
         return None
 
-    def server_args(self, engine: EngineConfig, spec: SpecConfig) -> list[str]:
-        """Server CLI arguments (after the executable) for this target and SD configuration."""
+    def server_args(
+        self, engine: EngineConfig, spec: SpecConfig, *, files_dir: str = LAUNCH_FILES_DIR
+    ) -> list[str]:
+        """Server CLI arguments (after the command) for this target and SD configuration.
+
+        ``files_dir`` is where the server finds :meth:`launch_files` (engines without any
+        ignore it).
+        """
         ...
 
     def request_body(

@@ -51,12 +51,9 @@ def container_spec(kind: str) -> ContainerSpec:
     return CONTAINERS[kind]
 
 
-# The public vLLM OpenAI server image (GPU). Its own entrypoint is `vllm serve`; the module form
-# takes the same arguments as the local launcher.
+# The public vLLM OpenAI server image (GPU); `vllm serve` is its own entrypoint and the local
+# launcher's command.
 register_container(
     "vllm",
-    ContainerSpec(
-        image="vllm/vllm-openai:v0.32.0",
-        entrypoint=("python3", "-m", "vllm.entrypoints.openai.api_server"),
-    ),
+    ContainerSpec(image="vllm/vllm-openai:v0.32.0", entrypoint=("vllm", "serve")),
 )

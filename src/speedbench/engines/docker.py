@@ -39,7 +39,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from speedbench.config import EngineConfig, SpecConfig
-from speedbench.engines.base import EngineError, get_engine
+from speedbench.engines.base import LAUNCH_FILES_DIR, EngineError, get_engine
 from speedbench.engines.containers import container_spec
 from speedbench.engines.launchers import Launcher, register_launcher
 from speedbench.engines.running import (
@@ -148,7 +148,7 @@ def container_options(engine: EngineConfig, spec: SpecConfig) -> dict[str, Any]:
     inside_spec = spec.model_copy(
         update={"draft_model": _mounted(spec.draft_model, DRAFT_MOUNT, volumes, remote)}
     )
-    command = adapter.server_args(inside, inside_spec)
+    command = adapter.server_args(inside, inside_spec, files_dir=LAUNCH_FILES_DIR)
     binding: dict[str, Any] = {}
     if engine.cpus:
         # The cpuset confines the container; inside it the OpenMP threads still need binding.

@@ -31,6 +31,7 @@ from typing import Any
 
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import (
+    LAUNCH_FILES_DIR,
     EngineAdapter,
     EngineError,
     StreamEvent,
@@ -139,8 +140,10 @@ class LlamaCppAdapter(EngineAdapter):
         """The executable a local launch runs: a binary, not a Python module."""
         return [server_binary(engine)]
 
-    def server_args(self, engine: EngineConfig, spec: SpecConfig) -> list[str]:
-        """Arguments for ``llama-server``."""
+    def server_args(
+        self, engine: EngineConfig, spec: SpecConfig, *, files_dir: str = LAUNCH_FILES_DIR
+    ) -> list[str]:
+        """Arguments for ``llama-server`` (it reads no launch files)."""
         args = [
             "--model",
             gguf_path(engine.model, "target"),

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from speedbench.config import EngineConfig, SpecConfig
-from speedbench.engines.base import EngineError, get_engine
+from speedbench.engines.base import EngineError, engine_python, get_engine
 from speedbench.engines.launchers import Launcher, register_launcher
 from speedbench.engines.running import (
     RunningEngine,
@@ -30,39 +30,19 @@ from speedbench.engines.running import (
 from speedbench.host import check_cpus_here
 from speedbench.secrets import redact_args
 
-__all__ = ["RunningEngine", "attach_external", "free_port", "launch_local", "log_tail"]
-
-REPO_ROOT = Path(__file__).resolve().parents[3]
-DEFAULT_ENGINE_PYTHON = REPO_ROOT / ".venv-engine" / "bin" / "python"
-
-# Module each engine's server runs as, per engine kind.
-SERVER_MODULES = {
-    "vllm": "vllm.entrypoints.openai.api_server",
-    "sglang": "sglang.launch_server",
-    "trtllm": "tensorrt_llm.commands.serve",
-}
-
-
-def engine_python(engine: EngineConfig) -> str:
-    """The engine environment's interpreter: config, $SPEEDBENCH_ENGINE_PYTHON or .venv-engine."""
-    python = (
-        engine.python or os.environ.get("SPEEDBENCH_ENGINE_PYTHON") or str(DEFAULT_ENGINE_PYTHON)
-    )
-    if not Path(python).exists():
-        raise EngineError(
-            f"engine interpreter not found: {python} "
-            "(run `make engine-env` or set EngineConfig.python)"
-        )
-    return python
+__all__ = [
+    "RunningEngine",
+    "attach_external",
+    "engine_python",
+    "free_port",
+    "launch_local",
+    "log_tail",
+]
 
 
 def server_command(engine: EngineConfig) -> list[str]:
-    """The program of a local launch: the engine's binary, or its module in the engine env."""
-    return get_engine(engine.kind).server_command(engine) or [
-        engine_python(engine),
-        "-m",
-        SERVER_MODULES[engine.kind],
-    ]
+    """The program of a local launch: the engine's own command in its environment."""
+    return get_engine(engine.kind).server_command(engine)
 
 
 def terminate(process: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
@@ -88,6 +68,20 @@ def terminate(process: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
+def write_launch_files(files: dict[str, str], log_path: Path) -> Path:
+    """Write the server's launch files into a folder beside its log; that folder.
+
+    A local server reads them where they are, as a container reads them where the Docker
+    launcher copied them, so the same options file goes to both.
+    """
+    folder = log_path.parent / f"{log_path.stem}.files"
+    if files:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (folder / name).write_text(text)
+    return folder.resolve()
+
+
 @contextlib.contextmanager
 def launch_local(
     engine: EngineConfig,
@@ -98,9 +92,11 @@ def launch_local(
 ) -> Iterator[RunningEngine]:
     """Start the engine's server as a local process; yield it healthy; always tear it down."""
     adapter = get_engine(engine.kind)
-    args = adapter.server_args(engine, spec)  # validates spec before anything starts
-    cmd = [*server_command(engine), *args]
     log_path = Path(log_path)
+    files_dir = write_launch_files(adapter.launch_files(engine, spec), log_path)
+    # validates spec before anything starts
+    args = adapter.server_args(engine, spec, files_dir=str(files_dir))
+    cmd = [*server_command(engine), *args]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cpus = engine.cpu_ids
     try:

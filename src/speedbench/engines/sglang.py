@@ -27,15 +27,23 @@ import orjson
 
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import (
+    LAUNCH_FILES_DIR,
     EngineAdapter,
     StreamEvent,
     UnsupportedSpecError,
+    engine_python,
     load_chunk,
     register_engine,
     stream_error,
 )
 from speedbench.engines.containers import ContainerSpec, register_container
 from speedbench.metrics.acceptance import SpecCounters
+
+# SGLang's ServerArgs.__post_init__ sets max_running_requests to this for EAGLE, EAGLE3,
+# STANDALONE and NGRAM when the flag is unset (sglang 0.5.5 srt/server_args.py).
+SD_DEFAULT_MAX_RUNNING = 48
+# ServerArgs.speculative_ngram_max_bfs_breadth, which NGRAM copies into speculative_eagle_topk.
+NGRAM_DEFAULT_BFS_BREADTH = 10
 
 # speedbench method -> --speculative-algorithm
 SGLANG_ALGORITHMS = {
@@ -62,7 +70,14 @@ def speculative_args(spec: SpecConfig) -> list[str]:
     if spec.draft_model:
         args += ["--speculative-draft-model-path", spec.draft_model]
     if spec.method == "ngram":
-        return [*args, "--speculative-num-draft-tokens", str(draft_tokens)]
+        args += ["--speculative-num-draft-tokens", str(draft_tokens)]
+        if spec.prompt_lookup_min:
+            args += ["--speculative-ngram-min-match-window-size", str(spec.prompt_lookup_min)]
+        if spec.prompt_lookup_max:
+            args += ["--speculative-ngram-max-match-window-size", str(spec.prompt_lookup_max)]
+        if "max_bfs_breadth" in spec.options:
+            args += ["--speculative-ngram-max-bfs-breadth", str(spec.options["max_bfs_breadth"])]
+        return args
     return [
         *args,
         "--speculative-num-steps",
@@ -82,11 +97,39 @@ class SGLangAdapter(EngineAdapter):
     health_path = "/health"
     metrics_path = "/get_server_info"
     generate_path = "/generate"
-    # python/sglang/srt/mem_cache/flush_cache.py posts here; it empties the radix cache.
+    # python/sglang/srt/mem_cache/flush_cache.py posts here; it empties the radix cache, and
+    # answers 400 while requests are running or waiting (srt/entrypoints/http_server.py).
     reset_cache_path = "/flush_cache"
+    reset_cache_busy_status = 400
 
-    def server_args(self, engine: EngineConfig, spec: SpecConfig) -> list[str]:
-        """Arguments for ``python -m sglang.launch_server``."""
+    def concurrency_cap(self, engine: EngineConfig, spec: SpecConfig) -> int | None:
+        """SGLang's own cap on running requests: 48 for SD when none is set, else the set one."""
+        if engine.max_num_seqs:
+            return engine.max_num_seqs
+        return SD_DEFAULT_MAX_RUNNING if spec.method in SGLANG_ALGORITHMS else None
+
+    def drafting_shape(self, spec: SpecConfig) -> str:
+        """A chain for topk 1; a tree otherwise, and always for NGRAM (topk = BFS breadth)."""
+        if not spec.is_speculative:
+            return "none"
+        k = spec.num_speculative_tokens
+        tokens = int(spec.options.get("num_draft_tokens", k + 1))
+        if spec.method == "ngram":
+            breadth = int(spec.options.get("max_bfs_breadth", NGRAM_DEFAULT_BFS_BREADTH))
+            return f"tree of {tokens} draft tokens (n-gram BFS breadth up to {breadth})"
+        topk = int(spec.options.get("eagle_topk", 1))
+        if topk == 1:
+            return f"chain of {k}"
+        return f"tree of {tokens} draft tokens ({k} steps, top-{topk})"
+
+    def server_command(self, engine: EngineConfig) -> list[str]:
+        """``python -m sglang.launch_server`` in the engine env (SGLang's documented command)."""
+        return [engine_python(engine), "-m", "sglang.launch_server"]
+
+    def server_args(
+        self, engine: EngineConfig, spec: SpecConfig, *, files_dir: str = LAUNCH_FILES_DIR
+    ) -> list[str]:
+        """Arguments for ``python -m sglang.launch_server`` (it reads no launch files)."""
         args = [
             "--model-path",
             engine.model,

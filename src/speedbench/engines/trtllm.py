@@ -1,20 +1,29 @@
 """TensorRT-LLM: ``trtllm-serve`` launch, OpenAI token-ID completions, iteration-stat acceptance.
 
-Not run here (no GPU); the formats follow TensorRT-LLM's documentation:
+Not run here (no GPU, and PyPI carries only a stub sdist of ``tensorrt-llm`` that downloads the
+wheel from NVIDIA's own index). The formats are read in TensorRT-LLM's source
+(``tensorrt_llm/commands/serve.py``, ``serve/openai_protocol.py``,
+``serve/postprocess_handlers.py``, ``llmapi/llm_args.py``) and transcribed, with the commit,
+in ``tests/contracts/trtllm.json``, which the contract tests check every argv, body and
+options file against:
 
 - Launch: ``trtllm-serve <model> --backend pytorch --host --port --extra_llm_api_options
-  <yaml>`` (docs/source/commands/trtllm-serve.rst). The YAML holds ``speculative_config``
-  (``decoding_type``: Eagle, DraftTarget, NGram or MTP; ``max_draft_len``;
-  ``speculative_model_dir`` for a drafter) and ``enable_iter_perf_stats: true`` so ``/metrics``
-  reports iteration statistics.
-- Requests: ``POST /v1/completions`` with ``prompt`` as token ids and ``stream: true``; chunks
-  are OpenAI completion chunks. Where a build returns ``token_ids`` per choice they are used;
-  otherwise the chunk counts as one step whose size is unknown, and acceptance comes from the
-  engine's statistics only.
-- Acceptance: ``GET /metrics`` returns the iteration statistics gathered since the previous call
-  (the queue is drained on read), each with ``specDecodingStats`` (``numDraftTokens``,
-  ``numAcceptedTokens``, ``numRequestsWithDraftTokens``). Summed over a run they give drafts,
-  draft tokens and accepted tokens; TensorRT-LLM reports no per-position counts.
+  <yaml>``. The YAML holds ``speculative_config`` (``decoding_type``: Eagle, DraftTarget, NGram
+  or MTP; ``max_draft_len``; ``speculative_model_dir`` for a drafter), ``dtype``, and
+  ``enable_iter_perf_stats`` with ``iter_stats_max_iterations`` so ``/metrics`` keeps enough
+  iteration statistics between two reads.
+- Requests: ``POST /v1/completions`` with ``prompt`` as token ids, ``stream: true`` and
+  ``detokenize: false``. The completion post-processor sends
+  ``token_ids = None if detokenize else token_ids_diff`` (and empty text when not
+  detokenizing), so token ids arrive only without detokenization. A chunk that carries text
+  but no ids is a server that ignored the flag: the request fails with that said, instead of
+  recording zero tokens.
+- Acceptance: ``GET /metrics`` returns the iteration statistics gathered since the previous
+  call, from a ``deque(maxlen=iter_stats_max_iterations or 1000)`` that the read empties, each
+  with ``specDecodingStats`` (``numDraftTokens``, ``numAcceptedTokens``,
+  ``numRequestsWithDraftTokens``). The level reads them while it runs
+  (:mod:`speedbench.client.run`), so a long level loses none; TensorRT-LLM reports no
+  per-position counts.
 """
 
 from __future__ import annotations
@@ -27,9 +36,11 @@ import yaml
 
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import (
+    LAUNCH_FILES_DIR,
     EngineAdapter,
     StreamEvent,
     UnsupportedSpecError,
+    console_script,
     load_chunk,
     register_engine,
     stream_error,
@@ -45,12 +56,19 @@ TRTLLM_DECODING = {
     "mtp": "MTP",
 }
 OPTIONS_FILE = "extra_llm_api_options.yaml"
-FILES_DIR = "/speedbench"  # where the Docker launcher mounts launch files
+# Iteration statistics the server keeps between two reads of /metrics (its default is 1,000).
+# The level reads every ITER_STATS_POLL_S seconds (client/run.py), so this holds minutes of
+# iterations even at a millisecond each.
+ITER_STATS_MAX_ITERATIONS = 100_000
 
 
 def llm_api_options(engine: EngineConfig, spec: SpecConfig) -> dict[str, Any]:
     """The ``--extra_llm_api_options`` mapping for ``spec``."""
-    options: dict[str, Any] = {"enable_iter_perf_stats": True}
+    options: dict[str, Any] = {
+        "enable_iter_perf_stats": True,
+        "iter_stats_max_iterations": ITER_STATS_MAX_ITERATIONS,
+        "dtype": engine.dtype,
+    }
     if engine.max_num_seqs:
         options["max_batch_size"] = engine.max_num_seqs
     # No reset endpoint is known for trtllm-serve, so "reset" means no block reuse at all
@@ -95,8 +113,14 @@ class TRTLLMAdapter(EngineAdapter):
         """Files the server reads at start: the LLM API options YAML."""
         return {OPTIONS_FILE: yaml.safe_dump(llm_api_options(engine, spec), sort_keys=True)}
 
-    def server_args(self, engine: EngineConfig, spec: SpecConfig) -> list[str]:
-        """Arguments for ``trtllm-serve`` (the options file as the container sees it)."""
+    def server_command(self, engine: EngineConfig) -> list[str]:
+        """``trtllm-serve`` of the engine environment (the console script beside its python)."""
+        return [console_script(engine, "trtllm-serve")]
+
+    def server_args(
+        self, engine: EngineConfig, spec: SpecConfig, *, files_dir: str = LAUNCH_FILES_DIR
+    ) -> list[str]:
+        """Arguments for ``trtllm-serve``; ``files_dir`` is where the server sees launch files."""
         llm_api_options(engine, spec)  # validates spec before anything starts
         args = [
             engine.model,
@@ -107,7 +131,7 @@ class TRTLLMAdapter(EngineAdapter):
             "--port",
             str(engine.port),
             "--extra_llm_api_options",
-            f"{FILES_DIR}/{OPTIONS_FILE}",
+            f"{files_dir.rstrip('/')}/{OPTIONS_FILE}",
         ]
         if engine.tokenizer:
             args += ["--tokenizer", engine.tokenizer]
@@ -132,11 +156,21 @@ class TRTLLMAdapter(EngineAdapter):
             "temperature": temperature,
             "stream": True,
             "ignore_eos": ignore_eos,
-            "detokenize": True,
+            # Token ids are streamed only without detokenization (see the module docstring).
+            "detokenize": False,
         }
         if seed is not None:
             body["seed"] = seed
         return body
+
+    def drafting_shape(self, spec: SpecConfig) -> str:
+        """A chain of k; NGram's pool is shared by all requests unless is_public_pool is false."""
+        if not spec.is_speculative:
+            return "none"
+        shape = f"chain of {spec.num_speculative_tokens}"
+        if spec.method == "ngram" and spec.options.get("is_public_pool", True):
+            shape += ", one n-gram pool shared by all requests"
+        return shape
 
     def parse_event(self, payload: bytes) -> StreamEvent | None:
         """One ``data:`` payload of a completions stream."""
@@ -150,10 +184,12 @@ class TRTLLMAdapter(EngineAdapter):
             return StreamEvent()
         choice = choices[0]
         ids = choice.get("token_ids")
-        extra = {} if ids is not None or not choice.get("text") else {"text_only": True}
-        return StreamEvent(
-            token_ids=ids or [], finish_reason=choice.get("finish_reason"), extra=extra
-        )
+        if ids is None and choice.get("text"):
+            return StreamEvent(
+                error="TensorRT-LLM streamed text without token_ids: the server detokenized "
+                "despite detokenize=false, so the chunk's tokens cannot be counted"
+            )
+        return StreamEvent(token_ids=ids or [], finish_reason=choice.get("finish_reason"))
 
     def parse_counters(self, metrics_text: str) -> SpecCounters:
         """Drafts, draft tokens and accepted tokens summed over the iterations returned."""

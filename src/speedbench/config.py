@@ -304,6 +304,13 @@ class SweepConfig(StrictModel):
         default="reset",
         description="Engine prefix cache: reset before every level, keep (engine default) or off.",
     )
+    max_num_seqs: int | None = Field(
+        default=None,
+        ge=1,
+        description="The engine's limit on requests running at once (vLLM --max-num-seqs, "
+        "SGLang --max-running-requests, TensorRT-LLM max_batch_size); unset: the engine's own, "
+        "which for SGLang with SD is 48. A batch size above it is refused before launch.",
+    )
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature.")
     seed: int = Field(default=0, description="Seed for sampling and prompt order.")
     client_workers: int = Field(

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from speedbench.client.loadgen import LoadSettings, WorkItem
-from speedbench.config import EngineConfig, SpecConfig, SweepConfig
+from speedbench.config import ConfigError, EngineConfig, SpecConfig, SweepConfig
 from speedbench.data.prompts import PromptRow, PromptSetError, load_prompt_file, mtbench_prompts
+from speedbench.engines.base import get_engine
 from speedbench.level import CPU_CONTEXT, cpu_vllm_engine
 from speedbench.models import resolve_dtype
 
@@ -120,6 +121,7 @@ def engine_config(sweep: SweepConfig, target: str) -> EngineConfig:
         "docker_host": sweep.docker_host,
         "gpus": sweep.gpus,
         "prefix_cache": sweep.prefix_cache,
+        "max_num_seqs": sweep.max_num_seqs,
     }
     if sweep.engine == "vllm" and sweep.launcher != "external" and sweep.gpus is None:
         return cpu_vllm_engine(target, **{**where, "dtype": resolve_dtype(sweep.dtype)})
@@ -128,6 +130,26 @@ def engine_config(sweep: SweepConfig, target: str) -> EngineConfig:
         # model's whole trained context (32k tokens for the Qwen pair).
         return EngineConfig(kind="llamacpp", model=target, max_model_len=CPU_CONTEXT, **where)
     return EngineConfig(kind=sweep.engine, model=target, **where)
+
+
+def check_concurrency(
+    engine: EngineConfig, specs: Sequence[SpecConfig], sizes: Sequence[int]
+) -> None:
+    """Refuse batch sizes above what the server itself runs at once for any SD config.
+
+    Raises:
+        ConfigError: A batch size would be measured at the engine's cap instead.
+    """
+    adapter = get_engine(engine.kind)
+    for spec in specs:
+        cap = adapter.concurrency_cap(engine, spec)
+        over = [b for b in sizes if cap is not None and b > cap]
+        if over:
+            raise ConfigError(
+                f"{engine.kind} runs at most {cap} requests at once for {spec.label}, so batch "
+                f"sizes {over} would be measured at {cap}; set max_num_seqs to at least "
+                f"{max(over)} (--max-num-seqs)"
+            )
 
 
 def load_settings(sweep: SweepConfig) -> LoadSettings:

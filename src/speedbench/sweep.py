@@ -45,7 +45,13 @@ from speedbench.host import cpu_info
 from speedbench.level import LevelResult, load_level, measure_level, validate_items
 from speedbench.metrics.lossless import lossless_check
 from speedbench.models import engine_weights
-from speedbench.plan import config_identity, engine_config, first_per_category, load_settings
+from speedbench.plan import (
+    check_concurrency,
+    config_identity,
+    engine_config,
+    first_per_category,
+    load_settings,
+)
 from speedbench.records import read_parquet
 from speedbench.report.plots import write_plots
 from speedbench.results import (
@@ -231,6 +237,7 @@ def run_sweep(
         s.model_copy(update={"draft_model": draft}) if s.draft_model else s
         for s in config.spec_configs()
     ]
+    check_concurrency(engine, specs, config.batch_sizes)
     out = Path(config.out_dir) / config.name
     hooks = hooks or (SweepHooks() if config.force else DiskResume())
     summary = run_grid(

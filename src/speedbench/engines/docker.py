@@ -322,17 +322,92 @@ def leftover_containers(engine: EngineConfig | None = None) -> list[str]:
         client.close()
 
 
+# The oldest NVIDIA driver each CUDA major release runs on (NVIDIA's CUDA toolkit release notes,
+# "CUDA Toolkit and Minimum Required Driver Version", Linux x86_64).
+MIN_DRIVER_FOR_CUDA = {11: (450, 80), 12: (525, 60), 13: (580, 65)}
+
+
+def image_cuda_version(image_attrs: dict[str, Any]) -> tuple[int, int] | None:
+    """The CUDA version an image is built on, from its ``CUDA_VERSION`` environment variable."""
+    for item in (image_attrs.get("Config") or {}).get("Env") or []:
+        name, _, value = item.partition("=")
+        if name == "CUDA_VERSION" and value:
+            major, _, rest = value.partition(".")
+            return int(major), int(rest.partition(".")[0] or 0)
+    return None
+
+
+def check_gpu_answer(gpus: str, cuda: tuple[int, int] | None, nvidia_smi: str) -> None:
+    """Compare ``nvidia-smi --query-gpu=driver_version`` run in the image with what is asked.
+
+    Raises:
+        EngineError: Fewer GPUs than ``gpus`` asks for, or a driver older than the image's CUDA
+            needs.
+    """
+    drivers = [line.strip() for line in nvidia_smi.splitlines() if line.strip()]
+    if not drivers:
+        raise EngineError("nvidia-smi in the engine image saw no GPU on the Docker host")
+    wanted = (
+        len(gpus.removeprefix("device=").split(","))
+        if gpus.startswith("device=")
+        else (0 if gpus == "all" else int(gpus))
+    )
+    if wanted > len(drivers):
+        raise EngineError(f"gpus={gpus} asks for {wanted} GPUs; the Docker host has {len(drivers)}")
+    if cuda is not None and cuda[0] in MIN_DRIVER_FOR_CUDA:
+        have = tuple(int(x) for x in drivers[0].split(".")[:2])
+        need = MIN_DRIVER_FOR_CUDA[cuda[0]]
+        if have < need:
+            raise EngineError(
+                f"the image is built on CUDA {cuda[0]}.{cuda[1]}, which needs NVIDIA driver "
+                f">= {need[0]}.{need[1]}; the Docker host has {drivers[0]}"
+            )
+
+
+def check_gpus(client: Any, engine: EngineConfig, image: str) -> None:
+    """The Docker host can give the image the GPUs asked for, with a new enough driver.
+
+    Runs ``nvidia-smi`` in a throwaway container of the engine's image with the same device
+    request, so what is checked is what the engine will see.
+
+    Raises:
+        EngineError: No NVIDIA runtime on the host, too few GPUs, or too old a driver.
+    """
+    assert engine.gpus
+    runtimes = sorted((client.info().get("Runtimes") or {}).keys())
+    if "nvidia" not in runtimes:
+        raise EngineError(
+            f"gpus={engine.gpus} asked, but the Docker host has no NVIDIA runtime (runtimes: "
+            f"{', '.join(runtimes) or 'none'}); install the NVIDIA Container Toolkit there"
+        )
+    cuda = image_cuda_version(client.images.get(image).attrs)
+    try:
+        out = client.containers.run(
+            image,
+            entrypoint=["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            device_requests=device_requests(engine.gpus),
+            remove=True,
+        )
+    except Exception as exc:
+        detail = " ".join(str(exc).split())[:300]
+        raise EngineError(f"nvidia-smi in {image} failed on the Docker host: {detail}") from None
+    check_gpu_answer(engine.gpus, cuda, out.decode(errors="replace"))
+
+
 def check_docker(engine: EngineConfig) -> None:
-    """The image is on the Docker host, and (for a local daemon) the port is free."""
+    """The image is on the Docker host, it sees the GPUs asked for, and the port is free."""
     image = engine.image or container_spec(engine.kind).image
     client = docker_client(engine)
     try:
-        client.images.get(image)
-    except Exception:
-        raise EngineError(
-            f"image {image} is not on the Docker host; pull it there "
-            "(or run containers/build.sh for speedbench/vllm-cpu)"
-        ) from None
+        try:
+            client.images.get(image)
+        except Exception:
+            raise EngineError(
+                f"image {image} is not on the Docker host; pull it there "
+                "(or run containers/build.sh for speedbench/vllm-cpu)"
+            ) from None
+        if engine.gpus:
+            check_gpus(client, engine, image)
     finally:
         client.close()
     if not remote_host(engine):  # a remote host's port is checked there, by the daemon

@@ -1,0 +1,167 @@
+"""Check speedbench's launch arguments and request bodies with an engine's own code.
+
+Runs *inside an engine's environment* (``.venv-engine`` for vLLM 0.32, ``.venv-vllm-0.33``,
+``.venv-sglang``), never in speedbench's: it imports the engine, not speedbench. It reads cases
+as JSON on stdin and writes verdicts as JSON on stdout:
+
+    {"cases": [{"name": "ngram-k3", "argv": [...], "bodies": [{...}, ...]}]}
+
+For each case the engine's own command-line parser parses ``argv`` (vLLM: the ``vllm serve``
+subcommand's parser and its ``validate``; SGLang: ``ServerArgs.add_cli_args``, without
+constructing ``ServerArgs``, whose post-init probes devices), and its own request models
+validate each body (vLLM: ``CompletionRequest``, whose unknown fields vLLM only logs and
+ignores, so they are reported here as errors; SGLang: ``GenerateReqInput`` and
+``SamplingParams``, dataclasses that refuse unknown fields). vLLM's speculative config is
+checked against the fields of its ``SpeculativeConfig`` dataclass and its method names.
+
+    .venv-engine/bin/python scripts/engine_contract.py vllm < cases.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import io
+import json
+import sys
+import typing
+from collections.abc import Callable
+from typing import Any
+
+
+def parse_with(parse: Callable[[], Any]) -> tuple[Any, str | None]:
+    """Run an argparse parse; (namespace, None) or (None, the parser's own error text)."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            return parse(), None
+    except SystemExit:
+        lines = [line for line in err.getvalue().splitlines() if line.strip()]
+        return None, (lines[-1] if lines else "rejected")
+    except Exception as exc:  # the engine's own validation, raised as it raises it
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def literal_values(annotation: Any) -> set[str]:
+    """Every string of the Literal types inside ``annotation`` (unions and aliases opened)."""
+    out: set[str] = set()
+    stack = [annotation]
+    while stack:
+        tp = stack.pop()
+        if typing.get_origin(tp) is typing.Literal:
+            out.update(v for v in typing.get_args(tp) if isinstance(v, str))
+        else:
+            stack.extend(typing.get_args(tp))
+            value = getattr(tp, "__value__", None)  # a `type X = ...` alias
+            if value is not None:
+                stack.append(value)
+    return out
+
+
+class VLLM:
+    """vLLM's ``vllm serve`` parser, CompletionRequest and SpeculativeConfig."""
+
+    def __init__(self) -> None:
+        import vllm
+        import vllm.entrypoints.cli.serve as serve
+        from vllm.config import SpeculativeConfig
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+        try:
+            from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+        except ImportError:
+            from vllm.entrypoints.openai.protocol import CompletionRequest
+
+        self.version = vllm.__version__
+        self.parser = FlexibleArgumentParser(prog="vllm")
+        subparsers = self.parser.add_subparsers(dest="subparser")
+        (self.serve,) = [c for c in serve.cmd_init() if c.name == "serve"]
+        self.serve.subparser_init(subparsers)
+        self.request = CompletionRequest
+        self.request_fields = set(CompletionRequest.model_fields) | {
+            f.alias for f in CompletionRequest.model_fields.values() if f.alias
+        }
+        self.spec_fields = {f.name for f in dataclasses.fields(SpeculativeConfig)}
+        hints = typing.get_type_hints(SpeculativeConfig)
+        self.spec_methods = literal_values(hints["method"])
+
+    def check_argv(self, argv: list[str]) -> str | None:
+        def parse() -> Any:
+            args = self.parser.parse_args(["serve", *argv])
+            self.serve.validate(args)
+            return args
+
+        args, error = parse_with(parse)
+        if error:
+            return error
+        spec = args.speculative_config
+        if spec:
+            unknown = sorted(set(spec) - self.spec_fields)
+            if unknown:
+                return f"SpeculativeConfig has no field(s) {unknown}"
+            if spec.get("method") not in self.spec_methods:
+                return f"SpeculativeConfig.method {spec.get('method')!r} not in its methods"
+        return None
+
+    def check_body(self, body: dict[str, Any]) -> str | None:
+        unknown = sorted(set(body) - self.request_fields)
+        if unknown:
+            return f"CompletionRequest ignores unknown field(s) {unknown}"
+        _, error = parse_with(lambda: self.request.model_validate(body))
+        return error
+
+
+class SGLang:
+    """SGLang's ServerArgs parser, GenerateReqInput and SamplingParams."""
+
+    def __init__(self) -> None:
+        import sglang
+        from sglang.srt.managers.io_struct import GenerateReqInput
+        from sglang.srt.sampling.sampling_params import SamplingParams
+        from sglang.srt.server_args import ServerArgs
+
+        self.version = sglang.__version__
+        self.parser = argparse.ArgumentParser(prog="sglang.launch_server")
+        ServerArgs.add_cli_args(self.parser)
+        self.request, self.sampling = GenerateReqInput, SamplingParams
+
+    def check_argv(self, argv: list[str]) -> str | None:
+        return parse_with(lambda: self.parser.parse_args(argv))[1]
+
+    def check_body(self, body: dict[str, Any]) -> str | None:
+        def build() -> Any:
+            req = self.request(**body)
+            req.normalize_batch_and_arguments()
+            params = self.sampling(**(body.get("sampling_params") or {}))
+            params.normalize(None)
+            params.verify(151936)
+            return req
+
+        return parse_with(build)[1]
+
+
+ENGINES = {"vllm": VLLM, "sglang": SGLang}
+MARKER = "speedbench-contract: "
+
+
+def main() -> None:
+    """Verdicts for the cases on stdin."""
+    engine = ENGINES[sys.argv[1]]()
+    cases = json.load(sys.stdin)["cases"]
+    results = []
+    for case in cases:
+        results.append(
+            {
+                "name": case["name"],
+                "argv_error": engine.check_argv(case["argv"]),
+                "body_errors": [engine.check_body(b) for b in case.get("bodies", [])],
+            }
+        )
+    out = {"engine": sys.argv[1], "version": engine.version, "results": results}
+    # Engines log to stdout too; the verdict is the one line with this marker.
+    print(MARKER + json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""speedbench's launch arguments and request bodies, checked by the engines' own code.
+
+vLLM 0.32 (the engine environment), vLLM 0.33 and SGLang 0.5.5 (the version of speedbench's
+SGLang image) parse every argv speedbench builds for every SD method it offers them, with their
+own parsers, and validate every request body with their own request models
+(scripts/engine_contract.py runs inside each engine's environment; ``make contract-envs``).
+TensorRT-LLM's wheel is not on PyPI, so its contract is the transcription of its source in
+tests/contracts/trtllm.json (test_trtllm_contract.py). Each check also gets a misspelt flag and
+a misspelt field, which it must refuse, so a check that accepts everything fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from speedbench.config import METHODS_NEEDING_DRAFT_MODEL, EngineConfig, SpecConfig
+from speedbench.engines import get_engine
+from speedbench.engines.sglang import SGLANG_ALGORITHMS
+from speedbench.engines.vllm import _VLLM_METHODS
+from speedbench.level import cpu_vllm_engine
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECKER = ROOT / "scripts" / "engine_contract.py"
+MARKER = "speedbench-contract: "
+# (engine, version) -> the interpreter of the environment that holds that engine's code.
+ENVIRONMENTS = {
+    ("vllm", "0.32.0"): ROOT / ".venv-engine" / "bin" / "python",
+    ("vllm", "0.33.0"): ROOT / ".venv-vllm-0.33" / "bin" / "python",
+    ("sglang", "0.5.5"): ROOT / ".venv-sglang" / "bin" / "python",
+}
+METHODS = {"vllm": sorted(_VLLM_METHODS), "sglang": sorted(SGLANG_ALGORITHMS)}
+
+
+def engines(kind: str) -> dict[str, EngineConfig]:
+    """The engine configs whose flags differ: defaults, every limit set, prefix cache off."""
+    out = {
+        "defaults": EngineConfig(kind=kind, model="/models/target"),
+        "limits": EngineConfig(
+            kind=kind,
+            model="/models/target",
+            tokenizer="/models/tokenizer",
+            dtype="bfloat16",
+            max_model_len=4096,
+            max_num_seqs=64,
+            prefix_cache="off",
+        ),
+    }
+    if kind == "vllm":
+        out["embedded-cpu"] = cpu_vllm_engine("/models/target")
+    return out
+
+
+def specs(kind: str) -> list[SpecConfig]:
+    """The baseline and every SD method the adapter offers, at k = 3 (n-gram with windows)."""
+    out = [SpecConfig()]
+    for method in METHODS[kind]:
+        draft = "/models/draft" if method in METHODS_NEEDING_DRAFT_MODEL else None
+        out.append(SpecConfig(method=method, num_speculative_tokens=3, draft_model=draft))
+        if method == "ngram":
+            out.append(
+                SpecConfig(
+                    method="ngram",
+                    num_speculative_tokens=5,
+                    prompt_lookup_min=2,
+                    prompt_lookup_max=6,
+                )
+            )
+    return out
+
+
+def cases(kind: str) -> list[dict]:
+    """Every (engine config, SD config) argv with the request bodies of every load setting."""
+    adapter = get_engine(kind)
+    out = []
+    for engine_name, engine in engines(kind).items():
+        bodies = [
+            adapter.request_body(engine, [151644, 872, 198], 96, temperature, seed, ignore_eos)
+            for temperature, seed, ignore_eos in [
+                (0.0, 0, True),
+                (0.0, None, False),
+                (0.7, 3, False),
+            ]
+        ]
+        for spec in specs(kind):
+            out.append(
+                {
+                    "name": f"{engine_name}/{spec.label}",
+                    "argv": adapter.server_args(engine, spec),
+                    "bodies": bodies,
+                }
+            )
+    return out
+
+
+def misspelt(case: dict) -> dict:
+    """The case with its last flag and the body's last field misspelt."""
+    argv = list(case["argv"])
+    last_flag = max(i for i, a in enumerate(argv) if a.startswith("--"))
+    argv[last_flag] += "x"
+    body = dict(case["bodies"][0])
+    key = sorted(body)[-1]
+    body[key + "x"] = body.pop(key)
+    return {"name": "misspelt", "argv": argv, "bodies": [body]}
+
+
+def check(kind: str, version: str, payload: list[dict]) -> dict:
+    python = ENVIRONMENTS[(kind, version)]
+    assert python.exists(), f"{python} missing: run `make contract-envs`"
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_LOGGING_LEVEL": "ERROR"}
+    proc = subprocess.run(
+        [str(python), str(CHECKER), kind],
+        input=json.dumps({"cases": payload}),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(MARKER)]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    return json.loads(lines[-1].removeprefix(MARKER))
+
+
+@pytest.fixture(scope="module", params=sorted(ENVIRONMENTS), ids=lambda p: f"{p[0]}-{p[1]}")
+def verdicts(request):
+    kind, version = request.param
+    payload = cases(kind)
+    out = check(kind, version, [*payload, misspelt(payload[-1])])
+    return kind, version, payload, out
+
+
+def test_the_engine_version_is_the_pinned_one(verdicts):
+    _, version, _, out = verdicts
+    assert out["version"] == version
+
+
+def test_the_engine_accepts_every_argv_and_body(verdicts):
+    kind, version, payload, out = verdicts
+    results = {r["name"]: r for r in out["results"]}
+    refused = {
+        name: (r["argv_error"], [e for e in r["body_errors"] if e])
+        for name, r in results.items()
+        if name != "misspelt" and (r["argv_error"] or any(r["body_errors"]))
+    }
+    assert not refused, f"{kind} {version} refused: {refused}"
+    # Every method the adapter offers was checked, on every engine config.
+    assert len(results) == len(payload) + 1
+    checked = {name.split("/")[1].split("-k")[0] for name in results if "/" in name}
+    assert checked == {"none", *METHODS[kind]}
+
+
+def test_a_misspelt_flag_and_field_are_refused(verdicts):
+    _, _, _, out = verdicts
+    (bad,) = [r for r in out["results"] if r["name"] == "misspelt"]
+    assert "unrecognized arguments" in bad["argv_error"]
+    assert bad["body_errors"][0] and "x" in bad["body_errors"][0]
+
+
+def test_the_checker_runs_in_the_engine_env_not_speedbench_s():
+    # It imports the engine, never speedbench: the engines' environments do not have it.
+    text = CHECKER.read_text()
+    assert "import speedbench" not in text and "from speedbench" not in text
+    assert sys.executable not in {str(p) for p in ENVIRONMENTS.values()}

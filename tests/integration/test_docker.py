@@ -29,6 +29,7 @@ from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineError
 from speedbench.engines.docker import (
     FILES_MOUNT,
+    check_docker,
     docker_client,
     launch_docker,
     launch_files_archive,
@@ -130,9 +131,7 @@ def test_the_container_was_labelled_and_logged(both_launchers):
     log = both_launchers["log"]
     # Bound to this test process's engine core (tests/conftest.py): the cpuset says so.
     cpus = os.environ[ENGINE_CPUS_ENV]
-    assert log.startswith(
-        f"$ docker run --cpuset-cpus {cpus} {IMAGE} vllm serve"
-    )
+    assert log.startswith(f"$ docker run --cpuset-cpus {cpus} {IMAGE} vllm serve")
     # The level's host figures name the engine's cores where it runs on this host; the cores of
     # a Docker host reached over ssh:// are another machine's, as far as speedbench can tell.
     assert both_launchers["local-host"].engine_cpus == cpus
@@ -152,6 +151,16 @@ def test_a_gpu_request_fails_clearly_on_a_host_without_gpus(tiny_pair, tmp_path)
     assert message.startswith(f"cannot start {IMAGE} with GPUs (all): ")
     assert "could not select device driver" in message
     assert message.endswith("(set docker_host to a GPU host, or unset gpus)")
+
+
+def test_the_gpu_preflight_names_the_missing_nvidia_runtime(tiny_pair):
+    # The check before any launch (the sweep's check_available): this dockerd has only runc.
+    target, _ = tiny_pair
+    with pytest.raises(EngineError) as err:
+        check_docker(docker_engine(target, gpus="all"))
+    message = str(err.value)
+    assert message.startswith("gpus=all asked, but the Docker host has no NVIDIA runtime")
+    assert "runc" in message and message.endswith("install the NVIDIA Container Toolkit there")
 
 
 def test_a_crashing_engine_fails_with_its_log_and_is_removed(tmp_path):

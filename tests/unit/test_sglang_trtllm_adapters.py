@@ -255,3 +255,73 @@ def test_trtllm_iteration_stats_give_exact_al(trtllm):
     acc = acceptance_from_counters(counters, 3)
     assert acc.al_token_weighted == 1 + 15 / 8
     assert trtllm.counters_reset_on_read is True
+
+
+def test_sglang_ngram_windows_and_breadth_reach_its_flags(sglang):
+    spec = SpecConfig(
+        method="ngram",
+        num_speculative_tokens=4,
+        prompt_lookup_min=2,
+        prompt_lookup_max=6,
+        options={"max_bfs_breadth": 1},
+    )
+    assert flags(sglang.server_args(ENGINE, spec)) == {
+        "--speculative-algorithm": "NGRAM",
+        "--speculative-num-draft-tokens": "5",
+        "--speculative-ngram-min-match-window-size": "2",
+        "--speculative-ngram-max-match-window-size": "6",
+        "--speculative-ngram-max-bfs-breadth": "1",
+    }
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec", "shape"),
+    [
+        ("vllm", SpecConfig(method="ngram", num_speculative_tokens=3), "chain of 3"),
+        ("sglang", SpecConfig(method="ngram", num_speculative_tokens=3),
+         "tree of 4 draft tokens (n-gram BFS breadth up to 10)"),
+        ("sglang", SpecConfig(method="eagle3", num_speculative_tokens=3, draft_model="/e"),
+         "chain of 3"),
+        ("sglang", SpecConfig(method="eagle", num_speculative_tokens=5, draft_model="/e",
+                              options={"eagle_topk": 8, "num_draft_tokens": 64}),
+         "tree of 64 draft tokens (5 steps, top-8)"),
+        ("trtllm", SpecConfig(method="ngram", num_speculative_tokens=3),
+         "chain of 3, one n-gram pool shared by all requests"),
+        ("trtllm", SpecConfig(method="ngram", num_speculative_tokens=3,
+                              options={"is_public_pool": False}), "chain of 3"),
+        ("trtllm", SpecConfig(), "none"),
+    ],
+)  # fmt: skip
+def test_each_engine_names_its_drafting_shape(kind, spec, shape):
+    assert get_engine(kind).drafting_shape(spec) == shape
+
+
+def test_sglang_caps_sd_at_48_requests_unless_told(sglang):
+    from speedbench.config import ConfigError
+    from speedbench.plan import check_concurrency
+
+    sd = SpecConfig(method="draft_model", num_speculative_tokens=3, draft_model="/d")
+    assert sglang.concurrency_cap(ENGINE, SpecConfig()) is None
+    assert sglang.concurrency_cap(ENGINE, sd) == 48
+    with pytest.raises(ConfigError, match=r"at most 48 requests at once for draft_model-k3"):
+        check_concurrency(ENGINE.model_copy(update={"kind": "sglang"}), [SpecConfig(), sd], [1, 64])
+    raised = ENGINE.model_copy(update={"kind": "sglang", "max_num_seqs": 64})
+    check_concurrency(raised, [SpecConfig(), sd], [1, 64])
+    assert "--max-running-requests" in sglang.server_args(raised, sd)
+
+
+def test_the_gpu_preflight_reads_nvidia_smi_and_the_image_cuda():
+    from speedbench.engines.base import EngineError
+    from speedbench.engines.docker import check_gpu_answer, image_cuda_version
+
+    image = {"Config": {"Env": ["PATH=/usr/bin", "CUDA_VERSION=12.8.1"]}}
+    assert image_cuda_version(image) == (12, 8)
+    assert image_cuda_version({"Config": {"Env": ["PATH=/usr/bin"]}}) is None
+    check_gpu_answer("all", (12, 8), "570.124.06\n570.124.06\n")
+    check_gpu_answer("device=0,1", (12, 8), "570.124.06\n570.124.06\n")
+    with pytest.raises(EngineError, match="gpus=4 asks for 4 GPUs; the Docker host has 2"):
+        check_gpu_answer("4", (12, 8), "570.124.06\n570.124.06\n")
+    with pytest.raises(EngineError, match=r"CUDA 13.0, which needs NVIDIA driver >= 580.65"):
+        check_gpu_answer("1", (13, 0), "570.124.06\n")
+    with pytest.raises(EngineError, match="saw no GPU"):
+        check_gpu_answer("1", (12, 8), "\n")

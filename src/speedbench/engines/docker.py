@@ -56,7 +56,7 @@ STOP_GRACE_S = 10  # SIGTERM, then SIGKILL after this many seconds, as `docker s
 LABEL = "speedbench"
 TARGET_MOUNT = "/models/target"
 DRAFT_MOUNT = "/models/draft"
-FILES_MOUNT = "/speedbench"
+FILES_MOUNT = LAUNCH_FILES_DIR  # where launch files are copied into the container
 REMOTE_SCHEMES = ("ssh://", "tcp://", "http://", "https://")
 
 

@@ -150,7 +150,9 @@ def prepared(
 ) -> tuple[str, PromptTokenizer, dict[str, list[WorkItem]], str | None]:
     """The target's weights and tokenizer, the checked prompts and the draft's weights."""
     target = provision_model(config.model, config.dtype)
-    tokenizer = PromptTokenizer.from_pretrained(target)
+    tokenizer = PromptTokenizer.from_pretrained(
+        provision_model(config.tokenizer, config.dtype) if config.tokenizer else target
+    )
     items = prepare_prompts(config, tokenizer)
     draft = provision_model(config.draft_model, config.dtype) if config.draft_model else None
     return target, tokenizer, items, draft

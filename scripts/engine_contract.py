@@ -87,6 +87,8 @@ class VLLM:
         self.spec_methods = literal_values(hints["method"])
 
     def check_argv(self, argv: list[str]) -> str | None:
+        """None if ``vllm serve`` parses and validates ``argv``, else its error."""
+
         def parse() -> Any:
             args = self.parser.parse_args(["serve", *argv])
             self.serve.validate(args)
@@ -105,6 +107,7 @@ class VLLM:
         return None
 
     def check_body(self, body: dict[str, Any]) -> str | None:
+        """None if CompletionRequest takes ``body`` with no field it would ignore."""
         unknown = sorted(set(body) - self.request_fields)
         if unknown:
             return f"CompletionRequest ignores unknown field(s) {unknown}"
@@ -127,9 +130,12 @@ class SGLang:
         self.request, self.sampling = GenerateReqInput, SamplingParams
 
     def check_argv(self, argv: list[str]) -> str | None:
+        """None if SGLang's parser takes ``argv``, else its error."""
         return parse_with(lambda: self.parser.parse_args(argv))[1]
 
     def check_body(self, body: dict[str, Any]) -> str | None:
+        """None if GenerateReqInput and SamplingParams take ``body``, else their error."""
+
         def build() -> Any:
             req = self.request(**body)
             req.normalize_batch_and_arguments()

@@ -198,7 +198,9 @@ def _sweep(args: argparse.Namespace) -> Any:
     dtype = resolve_dtype(config.dtype)
     target = resolve_model(config.model, dtype=dtype)
     draft = resolve_model(config.draft_model, dtype=dtype) if config.draft_model else None
-    tokenizer = PromptTokenizer.from_pretrained(target)
+    tokenizer = PromptTokenizer.from_pretrained(
+        resolve_model(config.tokenizer, dtype=dtype) if config.tokenizer else target
+    )
     summary = run_sweep(config, target, draft, sweep_items(config), tokenizer)
     print(format_summary(summary))
     print(f"results: {(Path(config.out_dir) / config.name).resolve()}")

@@ -205,6 +205,12 @@ class SweepConfig(StrictModel):
     draft_model: str | None = Field(
         default=None, description="Draft weights for draft_model/eagle/eagle3 (name, path or id)."
     )
+    tokenizer: str | None = Field(
+        default=None,
+        description="The target's tokenizer on this machine, which tokenizes every prompt: a "
+        "packaged name, local folder or hub id; unset: the model's own (set it when the model "
+        "is a path on the engine's host only).",
+    )
     methods: list[SpecMethod] = Field(
         default=["none"], min_length=1, description="SD methods to measure."
     )

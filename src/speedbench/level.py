@@ -253,6 +253,8 @@ def measure_level(
     figures["config"] = {
         "engine": redacted_engine(running.engine),
         "spec": running.spec.model_dump(),
+        # What this engine drafts for the spec: the same method and k differ across engines.
+        "drafting_shape": running.adapter.drafting_shape(running.spec),
         "batch_size": settings.batch_size,
         "max_tokens": settings.max_tokens,
         "temperature": settings.temperature,

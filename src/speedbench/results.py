@@ -277,6 +277,8 @@ class SummaryRow(Result):
     request_rate: Figure = None
     method: str = "none"
     k: int = 0
+    # The engine's drafting shape (chain of k, a tree, a shared n-gram pool); None: not recorded.
+    drafting_shape: str | None = None
     output_throughput_tok_s: Figure
     per_user_tok_s: Figure
     error_rate: Figure
@@ -366,6 +368,7 @@ class SummaryRow(Result):
             request_rate=request_rate,
             method=spec.get("method", "none"),
             k=spec.get("num_speculative_tokens", 0),
+            drafting_shape=metrics.config.get("drafting_shape"),
             output_throughput_tok_s=o.load.output_throughput_tok_s,
             per_user_tok_s=o.load.per_user_tok_s,
             error_rate=o.load.error_rate,

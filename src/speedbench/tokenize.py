@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 
@@ -58,10 +59,36 @@ class PromptTokenizer:
 
     @classmethod
     def from_pretrained(cls, path: str, system_prompt: str | None = None) -> PromptTokenizer:
-        """Load the tokenizer (offline: a local directory, or an id already cached)."""
+        """Load the tokenizer: a local folder, a hub id already cached, else a hub id's download.
+
+        Offline first: the hub is asked only for a reference shaped like a hub id
+        (``owner/name``) that is neither a local folder nor in the local cache.
+
+        Raises:
+            TokenizationError: Found nowhere, in one line naming where it was looked for.
+        """
         from transformers import AutoTokenizer
 
-        return cls(AutoTokenizer.from_pretrained(path), system_prompt)
+        try:
+            return cls(AutoTokenizer.from_pretrained(path, local_files_only=True), system_prompt)
+        except (OSError, ValueError):
+            pass
+        hub_id = path.count("/") == 1 and not path.startswith((".", "/", "~"))
+        if not hub_id or Path(path).exists():
+            raise TokenizationError(
+                f"no tokenizer at {path!r}: not a packaged model name, not a tokenizer folder "
+                "on this machine, not an owner/name hub id; speedbench tokenizes prompts here, "
+                "so a model that exists only on the engine's host needs --tokenizer with a "
+                "local copy"
+            ) from None
+        try:
+            return cls(AutoTokenizer.from_pretrained(path), system_prompt)
+        except (OSError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise TokenizationError(
+                f"no tokenizer for {path!r} in the local Hugging Face cache, and the hub did "
+                f"not give one: {first}"
+            ) from None
 
     @property
     def vocab_size(self) -> int:

@@ -191,6 +191,22 @@ def _(tmp, url):
     return message(lambda: provision("gpt-5-nano"))
 
 
+@case("unknown-model")
+def _(tmp, url):
+    from speedbench.tokenize import PromptTokenizer
+
+    return message(lambda: PromptTokenizer.from_pretrained("some-unknown-name"))
+
+
+@case("batch-over-engine-cap")
+def _(tmp, url):
+    from speedbench.plan import check_concurrency
+
+    engine = EngineConfig(kind="sglang", model="m")
+    spec = SpecConfig(method="ngram", num_speculative_tokens=3)
+    return message(lambda: check_concurrency(engine, [spec], [1, 64]))
+
+
 @case("engine-env-missing")
 def _(tmp, url):
     return message(lambda: engine_python(EngineConfig(model="m", python=str(tmp / "bin/python"))))
@@ -338,4 +354,5 @@ def test_a_port_left_in_time_wait_is_free():
         conn, _ = server.accept()
         conn.close()  # the server side closes first: its end goes to TIME_WAIT
         client.close()
-    check_available(EngineConfig(model="m", port=port, python=sys.executable))
+    # SGLang's command is the interpreter itself, so only the port is in question here.
+    check_available(EngineConfig(kind="sglang", model="m", port=port, python=sys.executable))

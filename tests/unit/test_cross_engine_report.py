@@ -31,6 +31,7 @@ SUMMARIES = {
             row(
                 "draft_model-k3",
                 2.7,
+                drafting_shape="chain of 3",
                 speedup=0.9,
                 al_speed_bench_request_mean=2.5,
                 al_speed_bench_by_category={"coding": 3.0, "math": 2.0},
@@ -61,8 +62,10 @@ def record(prompt_id, ids):
 
 def test_every_level_of_every_engine_with_its_views_and_speedup():
     lines = overall_table(SUMMARIES)
-    assert lines[2] == "| vllm | none | bs1 | - | - | - | - | 3.0 | - | - |"
-    assert lines[3] == "| vllm | draft_model-k3 | bs1 | 2.50 | - | - | - | 2.7 | 0.90 | - |"
+    assert lines[2] == "| vllm | none | - | bs1 | - | - | - | - | 3.0 | - | - |"
+    assert lines[3] == (
+        "| vllm | draft_model-k3 | chain of 3 | bs1 | 2.50 | - | - | - | 2.7 | 0.90 | - |"
+    )
     # Baseline first within an engine, whatever order the sweep wrote.
     assert lines[4].startswith("| llamacpp | none |")
     assert lines[5].startswith("| llamacpp | draft_model-k3 |")

@@ -138,9 +138,9 @@ def attach_external(engine: EngineConfig, spec: SpecConfig) -> Iterator[RunningE
 
 
 def check_local(engine: EngineConfig) -> None:
-    """The engine's program (binary or interpreter) exists and its port is free."""
-    server_command(engine)
+    """The engine's port is free and its program (its command in its environment) exists."""
     check_port_free(engine.host, engine.port)
+    server_command(engine)
 
 
 register_launcher(

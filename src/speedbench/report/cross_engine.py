@@ -40,11 +40,15 @@ def _category_columns(summaries: Mapping[str, SweepSummary]) -> list[tuple[str, 
 
 
 def overall_table(summaries: Mapping[str, SweepSummary]) -> list[str]:
-    """Markdown: every engine's levels, with AL in each view, output tok/s and speedup."""
+    """Markdown: every engine's levels, with AL in each view, output tok/s and speedup.
+
+    Each level names its engine's drafting shape: SGLang's n-gram drafts a tree, TensorRT-LLM's
+    shares one n-gram pool across requests, so the same method and k are not the same drafter.
+    """
     lines = [
-        "| engine | config | load | AL speed_bench (Average_AL) | AL stream | AL engine "
-        "| AL counters | output tok/s | speedup | greedy outputs = baseline |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| engine | config | drafting | load | AL speed_bench (Average_AL) | AL stream "
+        "| AL engine | AL counters | output tok/s | speedup | greedy outputs = baseline |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for engine, summary in summaries.items():
         for r in _rows(summary):
@@ -52,7 +56,8 @@ def overall_table(summaries: Mapping[str, SweepSummary]) -> list[str]:
                 f"{r.lossless.matched}/{r.lossless.compared}" if r.lossless is not None else "-"
             )
             lines.append(
-                f"| {engine} | {r.config} | {r.load} | {_fmt(r.al_speed_bench_request_mean)} "
+                f"| {engine} | {r.config} | {r.drafting_shape or '-'} | {r.load} "
+                f"| {_fmt(r.al_speed_bench_request_mean)} "
                 f"| {_fmt(r.al_stream)} | {_fmt(r.al_engine)} | {_fmt(r.al_counters)} "
                 f"| {_fmt(r.output_throughput_tok_s, '.1f')} | {_fmt(r.speedup)} | {lossless} |"
             )

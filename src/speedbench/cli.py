@@ -81,7 +81,7 @@ def _report(args: argparse.Namespace) -> None:
 
 def _verify_reference(args: argparse.Namespace) -> None:
     from speedbench.stages import ACCEPTANCE_FILE, PROVENANCE_FILE, THROUGHPUT_FILE
-    from speedbench.verify import EXACT, NOT_COMPARABLE, overall, verify
+    from speedbench.verify import EXACT, NOT_COMPARABLE, UNTESTABLE, overall, verify
 
     ref_root, new_root = Path(args.reference), Path(args.results)
     stages = sorted(p.parent.name for p in ref_root.glob(f"*/{ACCEPTANCE_FILE}"))
@@ -110,9 +110,11 @@ def _verify_reference(args: argparse.Namespace) -> None:
     for v in verdicts:
         if v.verdict != EXACT:
             print(v.line())
-    kinds = (EXACT, "reproduced", "not_reproduced", NOT_COMPARABLE)
+    kinds = (EXACT, "reproduced", "not_reproduced", UNTESTABLE, NOT_COMPARABLE)
     counts = {kind: sum(v.verdict == kind for v in verdicts) for kind in kinds}
-    counts = {kind: n for kind, n in counts.items() if n or kind != NOT_COMPARABLE}
+    counts = {
+        kind: n for kind, n in counts.items() if n or kind not in (NOT_COMPARABLE, UNTESTABLE)
+    }
     verdict = overall(verdicts)
     tally = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in counts.items())
     print(f"verdict: {verdict.replace('_', ' ')} against {ref_root} ({', '.join(stages)}: {tally})")

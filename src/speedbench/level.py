@@ -235,12 +235,15 @@ def measure_level(
     )  # fmt: skip
     write_parquet([*warm, *result.records], directory / "records.parquet")
     objectives = LatencyObjectives(**settings.objectives) if settings.objectives else None
+    # SPEED-Bench cuts its tokenizer's EOS from a turn's last step when the run stops at EOS.
+    eos_id = None if settings.ignore_eos or tokenizer is None else tokenizer.tok.eos_token_id
     figures: dict[str, Any] = summarize_level(
         result.records,
         result.counters,
         running.spec.num_speculative_tokens,
         server_al=result.extras.get("server_al"),  # type: ignore[arg-type]
         objectives=objectives,
+        eos_id=eos_id,
     )
     figures["client"] = result.extras.get("client")
     figures["prefix_cache"] = {"mode": cache_mode, **(result.extras.get("prefix_cache") or {})}
@@ -255,6 +258,12 @@ def measure_level(
         "spec": running.spec.model_dump(),
         # What this engine drafts for the spec: the same method and k differ across engines.
         "drafting_shape": running.adapter.drafting_shape(running.spec),
+        # The EOS the speed_bench view cut from each turn's last step (None: none was cut).
+        "eos_token_id": eos_id,
+        # Questions sent with fewer turns than the split has (first turns only): SPEED-Bench's
+        # figure pools every turn, so these per-question ALs are not its figure.
+        "questions_on_fewer_turns": sum(item.on_fewer_turns for item in items),
+        "questions": len(items),
         "batch_size": settings.batch_size,
         "max_tokens": settings.max_tokens,
         "temperature": settings.temperature,

@@ -128,6 +128,10 @@ class ViewFigures(Result):
     al_token_weighted_ci: Interval | None = None
     left_out: dict[str, int] = Field(default_factory=dict)
     per_unit: dict[str, Figure] = Field(default_factory=dict)
+    # speed_bench only: SPEED-Bench's rates keyed by observed step length, and failed units.
+    conditional_ar_by_length: dict[str, Figure] = Field(default_factory=dict)
+    joint_ar_by_length: dict[str, Figure] = Field(default_factory=dict)
+    failed_units: list[str] = Field(default_factory=list)
 
 
 class CategoryFigures(Result):
@@ -279,6 +283,8 @@ class SummaryRow(Result):
     k: int = 0
     # The engine's drafting shape (chain of k, a tree, a shared n-gram pool); None: not recorded.
     drafting_shape: str | None = None
+    # Questions measured on fewer turns than the split has (SPEED-Bench pools all turns).
+    questions_on_fewer_turns: int = 0
     output_throughput_tok_s: Figure
     per_user_tok_s: Figure
     error_rate: Figure
@@ -369,6 +375,7 @@ class SummaryRow(Result):
             method=spec.get("method", "none"),
             k=spec.get("num_speculative_tokens", 0),
             drafting_shape=metrics.config.get("drafting_shape"),
+            questions_on_fewer_turns=metrics.config.get("questions_on_fewer_turns") or 0,
             output_throughput_tok_s=o.load.output_throughput_tok_s,
             per_user_tok_s=o.load.per_user_tok_s,
             error_rate=o.load.error_rate,

@@ -7,12 +7,16 @@ figure must match **exactly**. Elsewhere outputs may legitimately drift, and a l
 by a paired test over its questions: the bootstrap interval of the mean difference of
 per-question AL (SPEED-Bench's view) must contain 0, overall and in every category of at least
 two questions. A category of one question has no spread to resample: its figures are judged by
-the level's test, and the verdict says so. Verdicts:
+the level's test, and the verdict says so. A level of one question has no test at all (a
+bootstrap over one value fails any change): its differing figures are ``untestable``, which
+is reported and counted but decides nothing. Verdicts:
 
 - ``exact``: the figure equals the reference;
 - ``reproduced``: it differs where exactness is not promised, and the paired test holds;
 - ``not_reproduced``: it differs where exactness is promised, the paired test fails, or the
-  reference holds no per-question data to test with; or the level is missing.
+  reference holds no per-question data to test with; or the level is missing;
+- ``untestable``: it differs where exactness is not promised, in a level of fewer than two
+  questions; it does not enter the overall verdict.
 
 A reference records what its exactness rests on in ``provenance.json`` next to its
 ``acceptance.json``: the dtype, the engine and its version, the CPU's kernel family and any
@@ -30,6 +34,7 @@ from speedbench.host import format_kernel_caps
 from speedbench.metrics.bootstrap import Interval, bootstrap_ci
 
 EXACT, REPRODUCED, NOT_REPRODUCED = "exact", "reproduced", "not_reproduced"
+UNTESTABLE = "untestable"
 # A bootstrap over fewer questions than this is one point: any change would fail it.
 MIN_QUESTIONS_TO_TEST = 2
 NOT_COMPARABLE = "not_comparable"
@@ -216,6 +221,9 @@ def _paired_verdicts(
         ci, n = paired_interval(ref, new)
         if name and n < MIN_QUESTIONS_TO_TEST:
             continue  # judged with the level, below
+        if not name and 0 < n < MIN_QUESTIONS_TO_TEST:
+            detail = f"{n} question in the level: no paired test, the verdict does not count it"
+            return {"": (UNTESTABLE, detail)}
         ok = n > 0 and _contains_zero(ci)
         detail = (
             f"paired over {n} questions: mean difference {ci.value:+.4f}, "
@@ -270,7 +278,11 @@ def verify(
 
 
 def overall(verdicts: list[FigureVerdict]) -> str:
-    """The first of not_comparable, not_reproduced, reproduced that any figure has, else exact."""
+    """The first of not_comparable, not_reproduced, reproduced that any figure has, else exact.
+
+    ``untestable`` figures (levels of one question) do not decide it.
+    """
+    verdicts = [v for v in verdicts if v.verdict != UNTESTABLE]
     kinds = {v.verdict for v in verdicts}
     if NOT_COMPARABLE in kinds:
         return NOT_COMPARABLE

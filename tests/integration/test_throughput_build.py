@@ -57,5 +57,6 @@ def test_random_control_mirrors_each_real_prompt(built):
         real = pd.read_parquet(out / f"throughput_{name}.parquet")
         rows = load_prompt_file(out / f"throughput_{name}_random.parquet")
         assert [len(r.prompt_token_ids) for r in rows] == real["isl_tokens"].tolist()
+        assert [r.category for r in rows] == [f"random_{c}" for c in real["category"]]
         items = [r.work_item() for r in rows]
         assert all(it.prompt_ids is not None and it.num_turns == 1 for it in items)

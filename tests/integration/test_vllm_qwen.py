@@ -8,6 +8,7 @@ import textwrap
 
 import httpx
 import pytest
+from tests.specdec_reference import specbench_figures
 
 from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.client.run import run_load
@@ -180,7 +181,17 @@ def test_an_answer_that_ends_at_eos_is_an_ordinary_shorter_record(qwen_runs):
     check = lossless_check(by_config[NGRAM.label], by_config["none"])
     assert (check.compared, check.matched) == (1, 1)
     (sd,) = by_config[NGRAM.label]
-    # SPEED-Bench's view of one request: every chunk a step, the prefill chunk included.
-    view = speed_bench_view([sd], K)
-    assert view.num_tokens == sd.output_tokens and view.num_steps == len(sd.chunk_tokens)
-    assert view.al_request_mean == pytest.approx(sd.output_tokens / len(sd.chunk_tokens))
+    # SPEED-Bench's view of one request: every chunk a step, the prefill chunk included, and
+    # the EOS cut from the last step (that step dropped if it held only the EOS).
+    eos = tok.tok.eos_token_id
+    assert sd.output_token_ids[-1] == eos
+    view = speed_bench_view([sd], K, eos)
+    steps = len(sd.chunk_tokens) - (sd.chunk_tokens[-1] == 1)
+    assert view.num_tokens == sd.output_tokens - 1 and view.num_steps == steps
+    assert view.al_request_mean == pytest.approx((sd.output_tokens - 1) / steps)
+    # specdec_bench's rules, reimplemented independently, give the same figures exactly.
+    reference = specbench_figures([sd], eos)
+    assert view.al_request_mean == pytest.approx(reference["Average_AL"], abs=1e-9)
+    assert {int(k): v for k, v in view.conditional_ar_by_length.items()} == pytest.approx(
+        reference["Conditional_Acceptance_Rate"], abs=1e-9
+    )

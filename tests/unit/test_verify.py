@@ -221,3 +221,32 @@ def test_the_same_kernel_cap_on_both_sides_keeps_exactness_promised():
     )
     assert overall(verdicts) == "not_reproduced"
     assert "exactness is promised here" in next(v for v in verdicts if v.verdict != "exact").detail
+
+
+def test_a_one_question_level_that_moved_is_untestable_and_does_not_decide(tmp_path, capsys):
+    # The random-control level of the bf16 Xeon run: one question, AL +0.2424. A bootstrap
+    # over one value fails any change, so the level is untestable and the verdict rests on the
+    # rest: here a real-text level that reproduced.
+    drift = {**BASE, "a1": BASE["a1"] + 0.05, "b2": BASE["b2"] - 0.05, "b3": BASE["b3"] + 0.01}
+    ref = {"ngram-k3/q/bs4": level(BASE), "ngram-k3/random/bs4": level({"r0": 2.0})}
+    new = {"ngram-k3/q/bs4": level(drift), "ngram-k3/random/bs4": level({"r0": 2.2424})}
+    verdicts = verify(ref, new, BF16_AMX, BF16_AVX512)
+    random = [v for v in verdicts if v.level == "ngram-k3/random/bs4" and v.verdict != "exact"]
+    assert random and {v.verdict for v in random} == {"untestable"}
+    assert "1 question in the level: no paired test" in random[0].detail
+    assert overall(verdicts) == "reproduced"
+    # Where exactness is promised, the one-question level still must match.
+    promised = verify(ref, new, FP32_AVX2, FP32_AVX2)
+    assert overall(promised) == "not_reproduced"
+    # Through the command: exit 0, the untestable figures counted in the tally.
+    for root, data in (("ref", ref), ("new", new)):
+        stage = tmp_path / root / "measure_qualitative"
+        stage.mkdir(parents=True)
+        (stage / "acceptance.json").write_text(json.dumps(data))
+        (stage / "provenance.json").write_text(
+            json.dumps(BF16_AMX if root == "ref" else BF16_AVX512)
+        )
+    assert main(["verify-reference", "--reference", str(tmp_path / "ref"),
+                 "--results", str(tmp_path / "new")]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "verdict: reproduced" in out and " untestable" in out

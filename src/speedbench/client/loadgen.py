@@ -58,12 +58,20 @@ class WorkItem:
         category: Category or bucket/tier label used for grouping.
         user_turns: User turns, templated with the target's tokenizer one by one.
         prompt_ids: Pre-tokenized single-turn prompt; takes precedence over ``user_turns``.
+        split_turns: How many turns the prompt has in its split (0: as many as sent), so a
+            level can say which questions it measured on fewer turns than SPEED-Bench does.
     """
 
     prompt_id: str
     category: str = ""
     user_turns: tuple[str, ...] = ()
     prompt_ids: tuple[int, ...] | None = None
+    split_turns: int = 0
+
+    @property
+    def on_fewer_turns(self) -> bool:
+        """Whether fewer turns are sent than the split's question has."""
+        return self.split_turns > self.num_turns
 
     @property
     def num_turns(self) -> int:

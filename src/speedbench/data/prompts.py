@@ -57,7 +57,7 @@ class PromptRow(BaseModel):
                 self.question_id, self.category, prompt_ids=tuple(self.prompt_token_ids)
             )
         turns = self.turns[:1] if first_turn_only else self.turns
-        return WorkItem(self.question_id, self.category, tuple(turns))
+        return WorkItem(self.question_id, self.category, tuple(turns), split_turns=len(self.turns))
 
 
 def parse_rows(raw_rows: list[dict[str, Any]], origin: str) -> list[PromptRow]:

@@ -337,7 +337,12 @@ def template_frame(tokenizer: PromptTokenizer) -> tuple[list[int], list[int]]:
 def random_control(
     rows: list[dict[str, Any]], tokenizer: PromptTokenizer, seed: int
 ) -> list[dict[str, Any]]:
-    """One random-token prompt per real prompt, the same length, inside the same template."""
+    """One random-token prompt per real prompt, the same length, inside the same template.
+
+    Each is in the category ``random_<its real prompt's category>``, so a level that takes the
+    first prompt of each category sends one random prompt per real one it mirrors (and has
+    enough questions for verify-reference's paired test), not a single random prompt.
+    """
     pre, post = template_frame(tokenizer)
     banned = special_ids(tokenizer)
     allowed = [i for i in range(tokenizer.tok.vocab_size) if i not in banned]
@@ -354,7 +359,7 @@ def random_control(
                 "source": "random_tokens",
                 "src_id": row["question_id"],
                 "turns": [f"<{len(body)} uniformly random token ids>"],
-                "category": "random",
+                "category": f"random_{row['category']}",
                 "entropy_tier": "random",
                 "prompt_token_ids": ids,
             }

@@ -70,7 +70,10 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> Spread:
 
 
 def repeat_figures(
-    records: Sequence[RequestRecord], k: int, objectives: LatencyObjectives | None = None
+    records: Sequence[RequestRecord],
+    k: int,
+    objectives: LatencyObjectives | None = None,
+    eos_id: int | None = None,
 ) -> dict[str, float]:
     """The headline figures of one repeat's records (warm-up requests left out)."""
     records = measured(records)
@@ -88,7 +91,8 @@ def repeat_figures(
     if objectives is not None and objectives.any_set:
         figures["goodput_rps"] = goodput(records, objectives, load.duration_s).rate_rps
     if k > 0:
-        figures["al_speed_bench_request_mean"] = speed_bench_view(records, k).al_request_mean
+        view = speed_bench_view(records, k, eos_id)
+        figures["al_speed_bench_request_mean"] = view.al_request_mean
     return figures
 
 
@@ -97,6 +101,7 @@ def across_repeats(
     k: int,
     objectives: LatencyObjectives | None = None,
     confidence: float = 0.95,
+    eos_id: int | None = None,
 ) -> dict[str, object] | None:
     """Every repeat's figures and each figure's mean and interval (None for a single repeat)."""
     by_repeat: dict[int, list[RequestRecord]] = {}
@@ -104,7 +109,7 @@ def across_repeats(
         by_repeat.setdefault(r.repeat, []).append(r)
     if len(by_repeat) < 2:
         return None
-    per_repeat = [repeat_figures(by_repeat[i], k, objectives) for i in sorted(by_repeat)]
+    per_repeat = [repeat_figures(by_repeat[i], k, objectives, eos_id) for i in sorted(by_repeat)]
     spread = {
         name: t_interval([f[name] for f in per_repeat], confidence).as_dict()
         for name in REPEAT_FIGURES

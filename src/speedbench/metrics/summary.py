@@ -9,8 +9,9 @@ Two acceptance views are reported side by side because they answer different que
 * ``acceptance_stream`` counts every decode step of a request, from its chunk sizes. A step
   where the drafter proposed nothing (an n-gram miss) counts as a = 0. Its AL is the tokens a
   target forward pass really yields, which is what bounds the speedup.
-* ``acceptance_counters`` comes from the engine's counters and counts drafted steps only. It is
-  SPEED-Bench's definition. The two coincide when every step drafts (draft models, EAGLE).
+* ``acceptance_counters`` comes from the engine's counters and counts drafted steps only (the
+  ``counters`` view; SPEED-Bench's own is the ``speed_bench`` view). The two coincide when
+  every step drafts (draft models, EAGLE).
 
 Engines that report neither per-step chunks nor per-position counters add two more:
 
@@ -101,12 +102,15 @@ def summarize_level(
     k: int,
     server_al: float | None = None,
     objectives: LatencyObjectives | None = None,
+    eos_id: int | None = None,
 ) -> dict[str, object]:
     """Everything about one load level, overall and per category.
 
     Warm-up requests are left out of every figure. ``server_al`` is the engine's own running AL
     where it states one (SGLang). With ``objectives``, the level's goodput is reported; with
-    more than one repeat in the records, each repeat's figures and their spread.
+    more than one repeat in the records, each repeat's figures and their spread. ``eos_id`` is
+    the EOS the speed_bench view cuts from a turn's last step (None: the level ran with
+    ``ignore_eos``, nothing is cut).
     """
     records = measured(records)
     load = summarize_load(records)
@@ -123,7 +127,8 @@ def summarize_level(
             overall["acceptance_engine_steps"] = engine_steps
         if server_al is not None:
             overall["acceptance_server"] = {"al": server_al}
-        overall["views"] = {n: v.as_dict() for n, v in all_views(records, counters, k).items()}
+        views = all_views(records, counters, k, eos_id)
+        overall["views"] = {n: v.as_dict() for n, v in views.items()}
     by_cat: dict[str, list[RequestRecord]] = defaultdict(list)
     for r in records:
         by_cat[r.category].append(r)
@@ -132,7 +137,7 @@ def summarize_level(
         entry: dict[str, object] = {"load": summarize_load(by_cat[cat]).as_dict()}
         if k > 0:
             entry["acceptance_stream"] = stream_acceptance(by_cat[cat], k)
-            views = all_views(by_cat[cat], None, k)  # counters are per level, not per category
+            views = all_views(by_cat[cat], None, k, eos_id)  # counters are per level only
             entry["views"] = {n: v.as_dict() for n, v in views.items()}
         per_category[cat] = entry
     out: dict[str, object] = {"overall": overall, "per_category": per_category}
@@ -145,5 +150,5 @@ def summarize_level(
             "rate_rps": good.rate_rps,
             "fraction": good.fraction,
         }
-    out["repeats"] = across_repeats(records, k, objectives)
+    out["repeats"] = across_repeats(records, k, objectives, eos_id=eos_id)
     return out

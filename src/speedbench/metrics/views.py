@@ -4,12 +4,26 @@ Every acceptance number speedbench publishes names the view it comes from
 (docs/acceptance-views.md gives each rule, its source and where the views differ):
 
 * ``speed_bench``: SPEED-Bench's own framework (NVIDIA Model-Optimizer
-  ``examples/specdec_bench``, ``metrics/acceptance_rate.py`` and ``metrics/specbench.py``).
-  A *step* is every streamed output that adds tokens, the first (prefill) output included;
-  the steps of all turns of a question are pooled. Per-question AL = tokens / steps;
-  ``Average_AL`` (``al_request_mean``) is the mean over questions, ``Category_AL`` the same mean
-  within a category. Conditional AR is keyed by step length L = j + 1, from the pooled
-  histogram of lengths: AR_j = #(len >= j + 1) / #(len >= j).
+  ``examples/specdec_bench``: ``models/vllm.py``'s ``run``, ``metrics/acceptance_rate.py``'s
+  ``_process_lengths`` and ``metrics/specbench.py``'s ``process_final``), rule by rule:
+
+  - A *step* is every streamed output that adds tokens, the first (prefill) output included.
+  - When the level stops at EOS (no ``ignore_eos``; upstream's ``end_id`` is the tokenizer's
+    ``eos_token_id``, ``-1`` otherwise) and a turn's last token is that EOS, the EOS is cut
+    from the turn's last step, and a last step that held only the EOS is dropped. A 1-token
+    answer that is the EOS therefore has no step; a question left with none is counted under
+    ``left_out["no_steps"]`` (upstream's ``mean`` of no lengths would raise).
+  - The steps of all turns of a question are pooled; per-question AL = tokens / steps, and
+    ``Average_AL`` (``al_request_mean``) is the mean over questions, ``Category_AL`` the same
+    mean within a category. Each repeat is its own run: the unit is (question, repeat), so the
+    mean is the mean over runs of each run's Average_AL.
+  - A question with a failed turn is left out (upstream's ``failed_request_ids``), counted and
+    named in ``failed_units``.
+  - Conditional AR is keyed by observed step length, from the pooled histogram in ascending
+    length order: AR(L) = #(len >= L) / #(len >= previous observed length), 1 for the
+    shortest; joint AR is its running product (``conditional_ar_by_length``,
+    ``joint_ar_by_length``). ``conditional_ar`` keeps speedbench's per-position form,
+    AR_j = #(len >= j + 1) / #(len >= j), beside it.
 * ``stream``: speedbench's own reading of the stream. The prefill chunk is not a step; every
   later chunk is one verification step that accepted ``size - 1`` drafts (an n-gram miss
   counts, as a = 0). Per request (turn); a request whose chunks were merged is left out.
@@ -28,7 +42,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -58,8 +72,13 @@ class ViewFigures:
         al_request_mean_ci: Bootstrap interval of the request mean, over units.
         al_token_weighted_ci: Bootstrap interval of the pooled AL, over units.
         left_out: Units left out, and why (failed, merged chunks, no steps).
-        per_unit: Each unit's own AL, by question id (speed_bench) or request id: what a
-            paired comparison of two runs over the same prompts needs.
+        per_unit: Each unit's own AL, by question id (speed_bench; ``<id>@r<n>`` for repeat
+            n > 0) or request id: what a paired comparison of two runs over the same prompts
+            needs.
+        conditional_ar_by_length: speed_bench only: SPEED-Bench's conditional AR keyed by
+            observed step length (as a string, for JSON).
+        joint_ar_by_length: speed_bench only: its running product, keyed the same way.
+        failed_units: The ids of the units left out as failed.
     """
 
     view: str
@@ -76,6 +95,9 @@ class ViewFigures:
     al_token_weighted_ci: Interval | None
     left_out: dict[str, int]
     per_unit: dict[str, float]
+    conditional_ar_by_length: dict[str, float] = field(default_factory=dict)
+    joint_ar_by_length: dict[str, float] = field(default_factory=dict)
+    failed_units: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
         """Plain-JSON form."""
@@ -96,6 +118,42 @@ def _rates_from_lengths(lengths: Sequence[int], k: int) -> tuple[list[float], li
     cond = [at_least[j] / at_least[j - 1] if at_least[j - 1] else NAN for j in range(1, k + 1)]
     joint = [at_least[j] / at_least[0] if at_least[0] else NAN for j in range(1, k + 1)]
     return cond, joint
+
+
+def rates_by_length(lengths: Sequence[int]) -> tuple[dict[str, float], dict[str, float]]:
+    """SPEED-Bench's conditional and joint AR, keyed by each observed step length.
+
+    In ascending order of length L: AR(L) = #(len >= L) / #(len >= the previous observed
+    length), which is 1 for the shortest; the joint rate is the running product, i.e.
+    #(len >= L) / #steps.
+    """
+    hist: dict[int, int] = defaultdict(int)
+    for n in lengths:
+        hist[n] += 1
+    total = sum(hist.values())
+    cond, joint = {}, {}
+    remaining, previous = total, total
+    for length in sorted(hist):
+        cond[str(length)] = remaining / previous
+        joint[str(length)] = remaining / total
+        previous = remaining
+        remaining -= hist[length]
+    return cond, joint
+
+
+def speed_bench_turn_steps(record: RequestRecord, eos_id: int | None) -> list[int]:
+    """One turn's steps by specdec_bench's vLLM wrapper: the EOS cut from the last step.
+
+    ``eos_id`` is None when the level did not stop at EOS (``ignore_eos``): nothing is cut.
+    """
+    steps = [c for c in record.chunk_tokens if c > 0]
+    ends_at_eos = eos_id is not None and record.output_token_ids[-1:] == [eos_id]
+    if steps and ends_at_eos:
+        if steps[-1] == 1:
+            steps.pop()
+        else:
+            steps[-1] -= 1
+    return steps
 
 
 def _figures(
@@ -134,24 +192,39 @@ def _figures(
     )
 
 
-def speed_bench_view(records: Sequence[RequestRecord], k: int) -> ViewFigures:
-    """SPEED-Bench's rule: every non-empty chunk is a step, all turns of a question pooled.
+def speed_bench_unit(record: RequestRecord) -> str:
+    """The speed_bench view's unit of a record: its question in its run (repeat)."""
+    return record.prompt_id if record.repeat == 0 else f"{record.prompt_id}@r{record.repeat}"
 
-    A question with any failed turn is left out whole: its pooled AL would mix a partial
-    conversation into a per-question mean.
+
+def speed_bench_view(
+    records: Sequence[RequestRecord], k: int, eos_id: int | None = None
+) -> ViewFigures:
+    """SPEED-Bench's rules (module docstring): steps per question and run, EOS cut, pooled.
+
+    ``eos_id`` is the tokenizer's EOS when the level stopped at EOS, None with ``ignore_eos``.
+    A question with any failed turn is left out whole and named: its pooled AL would mix a
+    partial conversation into a per-question mean.
     """
     by_question: dict[str, list[RequestRecord]] = defaultdict(list)
     for r in records:
-        by_question[r.prompt_id].append(r)
+        by_question[speed_bench_unit(r)].append(r)
     per_question: dict[str, list[int]] = {}
-    failed = 0
+    failed: list[str] = []
     for qid, turns in by_question.items():
         if not all(t.ok for t in turns):
-            failed += 1
+            failed.append(qid)
             continue
         ordered = sorted(turns, key=lambda t: t.turn)
-        per_question[qid] = [c for t in ordered for c in t.chunk_tokens if c > 0]
-    return _figures("speed_bench", k, "questions", per_question, {"failed": failed})
+        per_question[qid] = [n for t in ordered for n in speed_bench_turn_steps(t, eos_id)]
+    figures = _figures("speed_bench", k, "questions", per_question, {"failed": len(failed)})
+    cond, joint = rates_by_length([n for steps in per_question.values() for n in steps])
+    return replace(
+        figures,
+        conditional_ar_by_length=cond,
+        joint_ar_by_length=joint,
+        failed_units=sorted(failed),
+    )
 
 
 def stream_view(records: Sequence[RequestRecord], k: int) -> ViewFigures:
@@ -232,11 +305,17 @@ def counters_view(counters: SpecCounters | None, k: int) -> ViewFigures | None:
 
 
 def all_views(
-    records: Sequence[RequestRecord], counters: SpecCounters | None, k: int
+    records: Sequence[RequestRecord],
+    counters: SpecCounters | None,
+    k: int,
+    eos_id: int | None = None,
 ) -> dict[str, ViewFigures]:
-    """Every view the records (and counters) support, by name, in :data:`VIEWS` order."""
+    """Every view the records (and counters) support, by name, in :data:`VIEWS` order.
+
+    ``eos_id``: the EOS the speed_bench view cuts (None: the level ran with ``ignore_eos``).
+    """
     views = {
-        "speed_bench": speed_bench_view(records, k),
+        "speed_bench": speed_bench_view(records, k, eos_id),
         "stream": stream_view(records, k),
         "engine": engine_view(records, k),
         "counters": counters_view(counters, k),

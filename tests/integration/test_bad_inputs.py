@@ -191,6 +191,19 @@ def _(tmp, url):
     return message(lambda: provision("gpt-5-nano"))
 
 
+@case("abbreviated-flag")
+def _(tmp, url):
+    import contextlib
+    import io
+
+    from speedbench.cli import main as cli_main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit):
+        cli_main(["sweep", "--out", "x"])
+    return err.getvalue().strip().splitlines()[-1]
+
+
 @case("unknown-model")
 def _(tmp, url):
     from speedbench.tokenize import PromptTokenizer

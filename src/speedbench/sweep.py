@@ -548,7 +548,8 @@ def _lossless(level: LevelResult, baseline_dir: Path) -> LosslessFigures | None:
         first = check.mismatches[0]
         log.warning(
             "%s %s bs%d: %d of %d outputs differ from the baseline (first: %s turn %d at "
-            "token %d); expected only where bf16 kernels round by batch (bs > 1), else a bug",
+            "token %d); expected below float32 (a bf16 verify step of k + 1 tokens rounds "
+            "otherwise than a one-token decode), a bug at float32",
             level.label, level.split, level.batch_size, check.compared - check.matched,
             check.compared, first.prompt_id, first.turn, first.first_divergence,
         )  # fmt: skip

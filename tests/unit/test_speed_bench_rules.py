@@ -128,3 +128,26 @@ def test_questions_sent_on_fewer_turns_than_the_split_has_are_flagged():
     )  # fmt: skip
     (note,) = fewer_turns_note(SweepSummary(levels=[level]))
     assert note.startswith("- ngram-k3 bs1: 8 questions measured on their first turn only")
+
+
+def test_the_report_says_when_greedy_sd_was_not_lossless_on_this_dtype():
+    from speedbench.report.text import lossless_verdict
+    from speedbench.results import LosslessFigures, SummaryRow, SweepSummary
+
+    def level(matched):
+        return SummaryRow(
+            config="draft_model-k3", split="qualitative", batch_size=1, method="draft_model",
+            k=3, output_throughput_tok_s=1.0, per_user_tok_s=1.0, error_rate=0.0,
+            ttft_p50_s=0.1, tpot_p50_s=0.1,
+            lossless=LosslessFigures(compared=11, matched=matched, match_rate=matched / 11),
+        )  # fmt: skip
+
+    bf16 = SweepSummary(levels=[level(10)], provenance={"dtype": "bfloat16"})
+    (line,) = lossless_verdict(bf16)
+    assert line.startswith("**1 of 11 greedy SD answers differ from the baseline's**: in bf")
+    assert "SD is not lossless on this host" in line
+    fp32 = SweepSummary(levels=[level(10)], provenance={"dtype": "float32"})
+    assert "a bug to report" in lossless_verdict(fp32)[0]
+    assert (
+        lossless_verdict(SweepSummary(levels=[level(11)], provenance={"dtype": "bfloat16"})) == []
+    )

@@ -359,7 +359,7 @@ def random_control(
                 "source": "random_tokens",
                 "src_id": row["question_id"],
                 "turns": [f"<{len(body)} uniformly random token ids>"],
-                "category": f"random_{row['category']}",
+                "category": f"random_{row['category']}" if row.get("category") else "random",
                 "entropy_tier": "random",
                 "prompt_token_ids": ids,
             }

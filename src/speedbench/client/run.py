@@ -54,7 +54,6 @@ class DrainedCounters:
     def __init__(self, engine: EngineConfig, adapter: EngineAdapter) -> None:
         self.engine, self.adapter = engine, adapter
         self.total: SpecCounters | None = None
-        self.reads = 0
         self._lock = threading.Lock()
 
     def read(self) -> str | None:
@@ -64,7 +63,6 @@ class DrainedCounters:
             counters = self.adapter.parse_counters(text)
             with self._lock:
                 self.total = counters if self.total is None else self.total + counters
-                self.reads += 1
         return text
 
 
@@ -154,9 +152,7 @@ def prefix_cache_delta(
     return {"query_tokens": now[0] - then[0], "hit_tokens": now[1] - then[1]}
 
 
-def counter_delta(
-    adapter: EngineAdapter, before: SpecCounters | None, after: SpecCounters | None
-) -> SpecCounters | None:
+def counter_delta(before: SpecCounters | None, after: SpecCounters | None) -> SpecCounters | None:
     """The cumulative SD counters over a run (drain-on-read engines: :class:`DrainedCounters`)."""
     if after is None or before is None:
         return None
@@ -226,7 +222,7 @@ def run_load(
         result = drive()
         after_text = scrape_metrics(engine, adapter)
         after = adapter.parse_counters(after_text) if after_text is not None else None
-        result.counters = counter_delta(adapter, before, after)
+        result.counters = counter_delta(before, after)
     if (cache := prefix_cache_delta(adapter, before_text, after_text)) is not None:
         result.extras["prefix_cache"] = cache
     if (server_al := server_acceptance_length(adapter, after_text)) is not None:

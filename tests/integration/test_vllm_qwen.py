@@ -195,3 +195,21 @@ def test_an_answer_that_ends_at_eos_is_an_ordinary_shorter_record(qwen_runs):
     assert {int(k): v for k, v in view.conditional_ar_by_length.items()} == pytest.approx(
         reference["Conditional_Acceptance_Rate"], abs=1e-9
     )
+
+
+def test_ngram_oracle_predicts_every_step_from_the_baseline(qwen_runs):
+    """Prompt lookup replayed over the baseline's ids is the stream vLLM's ngram SD sent."""
+    from speedbench.oracle.predict import check_measured, predict
+
+    runs, _, tok = qwen_runs
+    for load in ("code", "chat", "eos"):
+        base = runs["none"][load].records
+        prediction = predict(base, "ngram", [1, K, 6], ngram=(1, 4), show_progress=False)
+        eos = tok.tok.eos_token_id if load == "eos" else None
+        check = check_measured(prediction, K, runs[NGRAM.label][load].records, NGRAM.label, eos)
+        assert check.compared == len(base) and check.output_differs == 0, load
+        assert check.mismatches == [], load
+        assert check.identical == len(base), load
+        # Drafting more tokens per step never needs more steps on the same answer.
+        steps = {k: sum(len(s.chunks) for s in prediction.streams[k]) for k in (1, K, 6)}
+        assert steps[1] >= steps[K] >= steps[6], load

@@ -262,6 +262,7 @@ async def drive(
                 assert tokenizer is not None
                 ids = tokenizer.encode_turn(item.user_turns[: turn + 1], answers)
             rec.prompt_tokens = len(ids)
+            rec.prompt_token_ids = ids
             body = adapter.request_body(
                 engine,
                 ids,

@@ -1,0 +1,117 @@
+"""A draft model's teacher-forced greedy predictions over prompt + baseline answer.
+
+One forward pass of the draft per request gives, for every answer position, its argmax given
+the prompt and the target's answer before that position: exactly what it proposes there in a
+greedy SD run whose earlier proposals matched (:mod:`speedbench.oracle.steps`). Requests are
+batched by length (right padding, so every real token keeps its own position) and the language
+model head runs on the answer positions only, the one part of the vocabulary projection the
+oracle needs.
+
+This runs transformers on the CPU in the draft's engine dtype. It is the reference computation,
+not the engine's kernels: where the engine rounds otherwise (bf16, quantised weights) the
+measured steps differ from the predicted ones, and the difference is the engine's own loss.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tqdm import tqdm
+
+# Tokens per forward batch: long enough to keep two cores busy, short enough for a 24 GiB host.
+TOKENS_PER_BATCH = 4096
+
+
+@dataclass(frozen=True)
+class DraftPass:
+    """Per request, whether the draft's argmax matched each answer token; and the pass's cost."""
+
+    matches: list[list[bool]]
+    seconds: float
+    tokens: int
+
+
+def load_draft(path: str, dtype: str) -> Any:
+    """The draft as a transformers causal LM, from a local folder, in ``dtype``."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(dtype)
+    if torch_dtype is None:
+        raise ValueError(f"the oracle runs the draft in float32 or bfloat16, not {dtype!r}")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True)
+    return model.eval()
+
+
+def _batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Request indices grouped by length so a batch's padded size stays within ``budget``."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
+    batches: list[list[int]] = []
+    for i in order:
+        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= budget:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+def teacher_forced_matches(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    answers: Sequence[Sequence[int]],
+    *,
+    tokens_per_batch: int = TOKENS_PER_BATCH,
+    show_progress: bool = True,
+) -> DraftPass:
+    """For each request, ``matches[i]``: the draft's argmax before answer token i equals it.
+
+    ``matches[0]`` (the prefill's token, never drafted) is whether the draft would have picked
+    the target's first token too; the step model ignores it.
+    """
+    import torch
+
+    if len(prompts) != len(answers):
+        raise ValueError(f"{len(prompts)} prompts but {len(answers)} answers")
+    lengths = [len(p) + len(a) for p, a in zip(prompts, answers, strict=True)]
+    matches: list[list[bool]] = [[] for _ in prompts]
+    started = time.perf_counter()
+    head = model.get_output_embeddings()
+    body = model.get_decoder()
+    todo = [b for b in _batches(lengths, tokens_per_batch) if lengths[b[0]]]
+    with (
+        torch.inference_mode(),
+        tqdm(
+            total=sum(lengths),
+            unit="tok",
+            desc="draft teacher-forced pass",
+            disable=not show_progress,
+        ) as bar,
+    ):
+        for batch in todo:
+            width = max(lengths[i] for i in batch)
+            ids = torch.zeros((len(batch), width), dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, i in enumerate(batch):
+                seq = [*prompts[i], *answers[i]]
+                ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+                mask[row, : len(seq)] = 1
+            hidden = body(input_ids=ids, attention_mask=mask).last_hidden_state
+            for row, i in enumerate(batch):
+                base, n = len(prompts[i]), len(answers[i])
+                if n == 0:
+                    continue
+                # The logits at position t predict token t + 1; the first answer token is
+                # predicted from the prompt's last position.
+                first = base - 1
+                if first < 0:
+                    raise ValueError(
+                        "a request with an empty prompt has no prediction for its first token"
+                    )
+                logits = head(hidden[row, first : first + n])
+                predicted = logits.argmax(dim=-1).tolist()
+                matches[i] = [p == t for p, t in zip(predicted, answers[i], strict=True)]
+            bar.update(sum(lengths[i] for i in batch))
+    return DraftPass(matches, time.perf_counter() - started, sum(lengths))

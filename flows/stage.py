@@ -15,6 +15,7 @@ from pathlib import Path
 
 from speedbench.config import load_params
 from speedbench.errors import finish
+from speedbench.oracle.run import read_oracle
 from speedbench.results import SweepSummary
 from speedbench.stages import STAGES, stage_sweep, write_stage_metrics
 
@@ -38,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         from flows.sweep import sweep
 
         summary = sweep(config)
-        for path in write_stage_metrics(summary, Path(args.metrics) / config.name):
+        oracle = read_oracle(Path(config.out_dir) / config.name)
+        for path in write_stage_metrics(summary, Path(args.metrics) / config.name, oracle):
             print(f"wrote {path}")
         print(f"MLflow: parent run {summary.parent_run_id} in {summary.tracking_uri}")
         return summary

@@ -25,6 +25,7 @@ from speedbench.engines.launchers import OpenEngine
 from speedbench.engines.running import RunningEngine
 from speedbench.host import ENGINE_CPUS_ENV
 from speedbench.level import LevelResult, validate_items
+from speedbench.oracle.run import oracle_paths, oracle_scalars, read_oracle
 from speedbench.plan import dataset_revision, sweep_items
 from speedbench.results import SummaryRow, SweepSummary
 from speedbench.sweep import GridPoint, SweepHooks, finished_on_disk, run_sweep, stamp_identity
@@ -178,8 +179,11 @@ def sweep(config: SweepConfig = EMBEDDED_SWEEP) -> SweepSummary:
         tracker.set_tags(parent, {"speedbench.resumed_runs": ",".join(hooks.resumed_runs)})
     out = Path(config.out_dir) / config.name
     table = write_category_table(tracker, parent, out)
-    files = [Path(p) for p in summary.plots] + [out / "summary.json"]
-    close_sweep(tracker, parent, summary, files + ([table] if table else []))
+    oracle = read_oracle(out)
+    files = [Path(p) for p in summary.plots] + [out / "summary.json"] + oracle_paths(out)
+    close_sweep(
+        tracker, parent, summary, files + ([table] if table else []), oracle_scalars(oracle)
+    )
     return summary.model_copy(update={"parent_run_id": parent, "tracking_uri": tracker.uri})
 
 

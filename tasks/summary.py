@@ -66,8 +66,15 @@ def write_category_table(tracker: Tracker, parent_id: str, out_dir: Path) -> Pat
 
 
 @task(retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
-def close_sweep(tracker: Tracker, parent_id: str, summary: SweepSummary, files: list[Path]) -> None:
-    """Put plots and tables on the parent run; FAILED if any configuration failed."""
+def close_sweep(
+    tracker: Tracker,
+    parent_id: str,
+    summary: SweepSummary,
+    files: list[Path],
+    extra_metrics: dict[str, float] | None = None,
+) -> None:
+    """Put plots, tables and the oracle's figures on the parent run; FAILED if a config failed."""
     metrics = {"num_levels": len(summary.levels), "num_failures": len(summary.failures)}
+    metrics |= extra_metrics or {}
     status = "FAILED" if summary.failures else "FINISHED"
     tracker.finish_parent(parent_id, metrics, files, status)

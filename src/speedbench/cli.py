@@ -212,6 +212,69 @@ def _sweep(args: argparse.Namespace) -> Any:
     return summary
 
 
+def _oracle(args: argparse.Namespace) -> Any:
+    from speedbench.oracle.predict import OracleLevel, check_measured, figures_at, predict
+    from speedbench.oracle.run import baseline_eos
+    from speedbench.records import read_parquet
+    from speedbench.report.oracle import al_by_k_table, check_table
+    from speedbench.results import write_json
+
+    baseline = Path(args.baseline)
+    if not (baseline / "records.parquet").exists():
+        raise ConfigError(f"{baseline}: no records.parquet (give a measured baseline level)")
+    if args.drafter == "draft_model" and not args.draft:
+        raise ConfigError("--drafter draft_model needs --draft (a packaged name or local folder)")
+    if not 1 <= args.ngram_min <= args.ngram_max:
+        raise ConfigError(f"n-gram sizes need 1 <= --ngram-min <= --ngram-max, got "
+                          f"{args.ngram_min}..{args.ngram_max}")  # fmt: skip
+    ks = list(range(1, args.max_k + 1))
+    dtype = resolve_dtype(args.dtype)
+    draft = None
+    if args.drafter == "draft_model":
+        from speedbench.oracle.draft import load_draft
+
+        draft = load_draft(resolve_model(args.draft, dtype=dtype), dtype)
+    eos_id = baseline_eos(baseline)
+    try:
+        prediction = predict(read_parquet(baseline / "records.parquet"), args.drafter, ks,
+                             draft=draft, ngram=(args.ngram_min, args.ngram_max))  # fmt: skip
+    except ValueError as exc:
+        raise ConfigError(f"{baseline}: {exc}") from None
+    by_k = [figures_at(prediction, args.drafter, k, eos_id) for k in ks]
+    for level_dir in map(Path, args.measured):
+        records = read_parquet(level_dir / "records.parquet")
+        k = next((r.k for r in records), 0)
+        if k not in ks:
+            raise ConfigError(f"{level_dir}: measured at k={k}, outside --max-k {args.max_k}")
+        check = check_measured(prediction, k, records, str(level_dir), eos_id,
+                               next((r.batch_size for r in records), 0))  # fmt: skip
+        by_k[k - 1] = by_k[k - 1].model_copy(update={"checks": [*by_k[k - 1].checks, check]})
+    first = prediction.requests[0]
+    level = OracleLevel(
+        drafter=args.drafter,
+        draft_model=args.draft if args.drafter == "draft_model" else None,
+        dtype=dtype if args.drafter == "draft_model" else None,
+        ngram_min=args.ngram_min if args.drafter == "ngram" else None,
+        ngram_max=args.ngram_max if args.drafter == "ngram" else None,
+        split=first.split,
+        batch_size=first.batch_size,
+        baseline=str(baseline),
+        requests=len(prediction.requests),
+        questions=len({r.prompt_id for r in prediction.requests}),
+        left_out=prediction.left_out,
+        seconds=prediction.seconds,
+        tokens=prediction.tokens,
+        by_k=by_k,
+    )
+    out = Path(args.out) if args.out else baseline / f"oracle-{args.drafter}.json"
+    write_json(out, level.model_dump(mode="json"))
+    print("\n".join(al_by_k_table(level)))
+    if table := check_table([level]):
+        print("\n" + "\n".join(table))
+    print(f"\n{level.questions} questions, {level.seconds:.1f} s; wrote {out}")
+    return level
+
+
 def _plan(args: argparse.Namespace) -> Any:
     from speedbench.dryrun import format_plans, sweep_launch_plans
 
@@ -394,6 +457,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_model_flags(pl, SweepConfig, exclude=TRACKING_FIELDS)
     pl.set_defaults(func=_plan)
+
+    oc = sub.add_parser(
+        "oracle",
+        help="predict greedy acceptance for every k from a measured baseline level",
+        description="Replay a no-SD level's greedy answers under a drafter (a draft model's "
+        "teacher-forced pass, or vLLM's prompt lookup) and print AL by k per category "
+        "(SPEED-Bench's view); --measured checks SD levels step by step (docs/oracle.md).",
+    )
+    oc.add_argument("--baseline", required=True, help="a baseline level folder (records.parquet)")
+    oc.add_argument("--drafter", required=True, choices=["draft_model", "ngram"])
+    oc.add_argument("--draft", help="draft_model: the draft (packaged name or local folder)")
+    oc.add_argument("--dtype", default="auto", choices=DTYPES, help=DTYPE_HELP)
+    oc.add_argument("--max-k", type=int, default=6, choices=range(1, 17), metavar="1..16",
+                    help="predict k = 1..max-k (default 6)")  # fmt: skip
+    oc.add_argument("--ngram-min", type=int, default=1, help="ngram: shortest n-gram (1)")
+    oc.add_argument("--ngram-max", type=int, default=4, help="ngram: longest n-gram (4)")
+    oc.add_argument("--measured", nargs="*", default=[], help="SD level folders to check")
+    oc.add_argument("--out", help="oracle JSON (default: <baseline>/oracle-<drafter>.json)")
+    oc.set_defaults(func=_oracle)
 
     ss = sub.add_parser(
         "synthetic-server",

@@ -338,6 +338,30 @@ class SweepConfig(StrictModel):
         description="Also time the draft model alone (no SD) at every batch size, so the report "
         "can show the break-even model: expected speedup AL / (1 + k c) beside the measured one.",
     )
+    oracle: list[Literal["draft_model", "ngram"]] = Field(
+        default=[],
+        description="Greedy acceptance oracle: replay a baseline level's answers under these "
+        "drafters (draft_model: one teacher-forced pass of draft_model; ngram: vLLM's prompt "
+        "lookup) and predict acceptance for every k = 1..oracle_max_k, per category, with no "
+        "engine run per k. Greedy sweeps (temperature 0) only.",
+    )
+    oracle_max_k: int = Field(
+        default=6, ge=1, le=16, description="Oracle: predict draft lengths 1..oracle_max_k."
+    )
+    oracle_per_category: int | None = Field(
+        default=None,
+        ge=1,
+        description="Oracle: measure its own baseline level (one more launch of the target, no "
+        "SD) on this many prompts per category at oracle_batch_size, so its per-category "
+        "figures rest on more questions than the SD levels; unset: replay the sweep's own "
+        "baseline levels.",
+    )
+    oracle_batch_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="Oracle: the batch size of its own baseline level (default: the largest "
+        "of batch_sizes).",
+    )
     contention_threshold: float = Field(
         default=0.10,
         gt=0,
@@ -410,9 +434,31 @@ class SweepConfig(StrictModel):
             )
         if speculative and not self.draft_lengths:
             raise ValueError(f"draft_lengths is required for SD methods {speculative}")
+        self._check_oracle()
         if any(m in METHODS_NEEDING_DRAFT_MODEL for m in self.methods) and not self.draft_model:
             raise ValueError("draft_model is required when methods include a model-based drafter")
         return self
+
+    def _check_oracle(self) -> None:
+        if not self.oracle:
+            if self.oracle_per_category is not None or self.oracle_batch_size is not None:
+                raise ValueError("oracle_per_category/oracle_batch_size set but oracle is empty")
+            return
+        if len(set(self.oracle)) != len(self.oracle):
+            raise ValueError(f"oracle has duplicates: {self.oracle}")
+        if self.temperature != 0:
+            raise ValueError(
+                f"the oracle predicts greedy SD only; temperature is {self.temperature}"
+            )
+        if not self.baseline:
+            raise ValueError("the oracle replays the no-SD baseline: baseline must be true")
+        if "draft_model" in self.oracle and not self.draft_model:
+            raise ValueError("oracle draft_model needs draft_model (the draft's weights)")
+        if not self.batch_sizes and self.oracle_per_category is None:
+            raise ValueError(
+                "the oracle replays a closed-loop baseline level: give batch_sizes or "
+                "oracle_per_category"
+            )
 
     def _check_load_shape(self) -> None:
         rates = self.request_rates
@@ -473,7 +519,8 @@ class SweepConfig(StrictModel):
         """Prompts per category the sweep loads: the most any of its levels uses (None: all)."""
         if self.per_category is None:
             return None
-        return max([self.per_category, *self.per_category_by_batch_size.values()])
+        oracle = [self.oracle_per_category] if self.oracle and self.oracle_per_category else []
+        return max([self.per_category, *self.per_category_by_batch_size.values(), *oracle])
 
     @property
     def objectives(self) -> dict[str, float]:

@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from speedbench.config import ConfigError, SweepConfig, load_config
+from speedbench.oracle.predict import OracleK, OracleLevel
 from speedbench.results import SummaryRow, SweepSummary
 
 ACCEPTANCE_FILE = "acceptance.json"
 PROVENANCE_FILE = "provenance.json"
 THROUGHPUT_FILE = "throughput.json"
 AR_CSV = "conditional_ar.csv"
+ORACLE_FILE = "oracle.json"
 STAGES = ("measure_qualitative", "measure_throughput")
 
 
@@ -116,23 +118,101 @@ def throughput_metrics(summary: SweepSummary) -> dict[str, Any]:
     }
 
 
-def write_stage_metrics(summary: SweepSummary, out_dir: Path) -> list[Path]:
-    """acceptance.json, throughput.json, conditional_ar.csv and provenance.json of a stage."""
+def oracle_views(figures: OracleK) -> dict[str, dict[str, Any]]:
+    """An oracle level's figures at one k, in the shape of :func:`acceptance_views`.
+
+    So verify-reference judges predicted levels by the same rules as measured ones (exact where
+    exactness is promised, else the paired test over per-question AL).
+    """
+    sb, stream = figures.views["speed_bench"], figures.views["stream"]
+    category_of = {
+        qid: cat
+        for cat, views in figures.per_category.items()
+        for qid in views["speed_bench"].per_unit
+    }
+    views = {
+        "speed_bench": {
+            "al_request_mean": sb.al_request_mean,
+            "al_token_weighted": sb.al_token_weighted,
+            "conditional_ar": sb.conditional_ar,
+            "al_by_category": {
+                c: v["speed_bench"].al_request_mean for c, v in figures.per_category.items()
+            },
+            "questions": {
+                qid: {"category": category_of.get(qid, ""), "al": al}
+                for qid, al in sorted(sb.per_unit.items())
+            },
+        },
+        "stream": {
+            "al_token_weighted": stream.al_token_weighted,
+            "al_request_mean": stream.al_request_mean,
+            "conditional_ar": stream.conditional_ar,
+            "al_by_category": {
+                c: v["stream"].al_token_weighted for c, v in figures.per_category.items()
+            },
+        },
+    }
+    return {name: {k: v for k, v in f.items() if v is not None} for name, f in views.items()}
+
+
+def oracle_acceptance(levels: list[OracleLevel]) -> dict[str, Any]:
+    """Every oracle level's figures per k, keyed ``oracle-<drafter>-k<k>/<split>/<load>``."""
+    return {
+        f"{level.label}-k{f.k}/{level.split}/bs{level.batch_size}": _round(oracle_views(f))
+        for level in levels
+        for f in level.by_k
+    }
+
+
+def oracle_metrics(levels: list[OracleLevel]) -> dict[str, Any]:
+    """The oracle's break-even figures: expected (and measured) speedup by batch size and k."""
+    out: dict[str, Any] = {}
+    for level in levels:
+        expected: dict[str, dict[str, Any]] = {}
+        for f in level.by_k:
+            for even in f.break_even:
+                entry = {"expected": even.expected_speedup, "measured": even.measured_speedup}
+                expected.setdefault(f"bs{even.batch_size}", {})[f"k{f.k}"] = entry
+        out[f"{level.label}/{level.split}/bs{level.batch_size}"] = _round(
+            {
+                "best_k": {f"bs{bs}": k for bs, k in sorted(level.best_k.items())},
+                "speedup": expected,
+                "questions": level.questions,
+                "seconds": level.seconds,
+            }
+        )
+    return out
+
+
+def write_stage_metrics(
+    summary: SweepSummary, out_dir: Path, oracle: list[OracleLevel] | None = None
+) -> list[Path]:
+    """acceptance.json, throughput.json, conditional_ar.csv and provenance.json of a stage.
+
+    With ``oracle`` levels, their acceptance joins acceptance.json (one key per k) and their
+    break-even figures go to oracle.json.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     prov = out_dir / PROVENANCE_FILE
     prov.write_text(json.dumps(summary.provenance, indent=2, sort_keys=True) + "\n")
     acc = out_dir / ACCEPTANCE_FILE
-    acc.write_text(json.dumps(acceptance_metrics(summary), indent=2, sort_keys=True) + "\n")
+    acceptance = {**acceptance_metrics(summary), **oracle_acceptance(oracle or [])}
+    acc.write_text(json.dumps(acceptance, indent=2, sort_keys=True) + "\n")
     thr = out_dir / THROUGHPUT_FILE
     thr.write_text(json.dumps(throughput_metrics(summary), indent=2, sort_keys=True) + "\n")
     lines = ["config,view,position,conditional_ar"]
-    for key, views in acceptance_metrics(summary).items():
+    for key, views in acceptance.items():
         for view, figures in views.items():
             for j, ar in enumerate(figures.get("conditional_ar") or [], start=1):
                 lines.append(f"{key},{view},{j},{ar}")
     csv = out_dir / AR_CSV
     csv.write_text("\n".join(lines) + "\n")
-    return [acc, thr, csv, prov]
+    written = [acc, thr, csv, prov]
+    if oracle:
+        path = out_dir / ORACLE_FILE
+        path.write_text(json.dumps(oracle_metrics(oracle), indent=2, sort_keys=True) + "\n")
+        written.append(path)
+    return written
 
 
 def _round(x: Any) -> Any:

@@ -23,6 +23,7 @@ Output layout under ``out_dir``::
     <config>/<split>/rate<R>/...        one open-loop level (R requests/s)
     <config>/<split>/<load>/identity.json  what defines the level (the resume key)
     summary.json                        the SweepSummary, rewritten as each config ends
+    oracle/...                          the greedy acceptance oracle (speedbench.oracle.run)
     plots/*.png                         conditional AR, Pareto, AL heatmap, speedup
 """
 
@@ -45,6 +46,7 @@ from speedbench.host import cpu_info
 from speedbench.level import LevelResult, load_level, measure_level, validate_items
 from speedbench.metrics.lossless import lossless_check
 from speedbench.models import engine_weights
+from speedbench.oracle.run import ORACLE_DIR, with_oracle
 from speedbench.plan import (
     check_concurrency,
     config_identity,
@@ -230,6 +232,7 @@ def run_sweep(
     """
     weights_format = get_engine(config.engine).weights_format
     target = engine_weights(target, weights_format)
+    draft_source = draft  # the oracle's teacher-forced pass reads the provisioned weights
     draft = engine_weights(draft, weights_format) if draft else None
     engine = engine_config(config, target)
     check_available(engine)
@@ -258,7 +261,54 @@ def run_sweep(
     )
     if config.draft_cost and draft:
         summary = with_draft_cost(summary, config, engine, draft, items, tokenizer, out)
+    if config.oracle:
+        summary, baselines = oracle_baselines(summary, config, engine, items, tokenizer, out)
+        summary, _ = with_oracle(summary, config, engine, draft_source, baselines, out)
     return summary
+
+
+def oracle_baselines(
+    summary: SweepSummary,
+    config: SweepConfig,
+    engine: EngineConfig,
+    items: Mapping[str, Sequence[WorkItem]],
+    tokenizer: PromptTokenizer,
+    out: Path,
+) -> tuple[SweepSummary, list[tuple[SummaryRow, Path]]]:
+    """The baseline levels the oracle replays (row and folder), measuring its own if asked.
+
+    With ``oracle_per_category`` the oracle gets a no-SD level of its own at
+    ``oracle_batch_size`` on that many prompts per category, in one more launch of the target
+    (under ``<out>/oracle/baseline``, resumed from disk like any level); else it replays the
+    sweep's closed-loop baseline levels.
+    """
+    if not config.oracle_per_category:
+        rows = [r for r in summary.levels if not r.is_speculative and not r.open_loop]
+        return summary, [(r, out / r.config / r.split / r.load) for r in rows]
+    size = config.oracle_batch_size or max(config.batch_sizes, default=1)
+    count = config.oracle_per_category
+    root = out / ORACLE_DIR / "baseline"
+    print(f"measuring the oracle's baseline: bs {size}, {count} prompts per category")
+
+    def identity(spec: SpecConfig, split: str, bs: int, rate: float | None) -> dict[str, Any]:
+        ident = config_identity(config, engine, spec, split, bs, rate)
+        return {**ident, "role": "oracle_baseline", "per_category": count}
+
+    grid = run_grid(
+        engine,
+        [SpecConfig()],
+        items,
+        [size],
+        root,
+        settings=load_settings(config),
+        tokenizer=tokenizer,
+        hooks=SweepHooks() if config.force else DiskResume(),
+        identity=identity,
+        per_category=lambda bs, rate: count,
+    )
+    failed = [f.model_copy(update={"config": f"oracle baseline {f.config}"}) for f in grid.failures]
+    done = summary.model_copy(update={"failures": [*summary.failures, *failed]})
+    return done, [(r, root / r.config / r.split / r.load) for r in grid.levels]
 
 
 def with_draft_cost(

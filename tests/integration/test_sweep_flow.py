@@ -40,6 +40,8 @@ def swept(harness, tiny_pair, tmp_path_factory):
         limit=3,
         output_len=1 + 6 * (K + 1),  # the prefill token, then whole steps only
         dtype="float32",
+        oracle=["draft_model", "ngram"],
+        oracle_max_k=4,
         port=free_port(),
         tracking_uri=uri,
         experiment="flow-test",
@@ -147,7 +149,7 @@ def test_the_cli_runs_the_same_sweep_to_the_same_summary(swept, tmp_path, capsys
     flow_summary, _, config, _ = swept
     fields = config.model_dump(exclude={"tracking_uri", "experiment"})
     fields |= {"out_dir": str(tmp_path / "cli"), "port": free_port()}
-    fields |= {"methods": ["draft_model"], "baseline": False}
+    fields |= {"methods": ["draft_model"], "baseline": False, "oracle": []}
     path = tmp_path / "sweep.yaml"
     path.write_text(yaml.safe_dump(fields))
     assert main(["sweep", "--config", str(path)]) == 0, capsys.readouterr().err
@@ -174,6 +176,48 @@ def test_the_cli_runs_the_same_sweep_to_the_same_summary(swept, tmp_path, capsys
         {k: r[k] for k in acceptance} for r in flow_rows
     ]
     assert cli_summary.status == flow_summary.status == "finished"
+
+
+def test_the_oracle_predicts_every_k_and_the_measured_levels_exactly(swept):
+    """Draft == target: every draft is accepted, so the predicted stream AL is known per k."""
+    from speedbench.oracle.run import read_oracle
+
+    summary, client, config, _ = swept
+    out = Path(config.out_dir) / config.name
+    levels = {(lv.drafter, lv.batch_size): lv for lv in read_oracle(out)}
+    assert sorted(levels) == [("draft_model", 1), ("draft_model", 2), ("ngram", 1), ("ngram", 2)]
+    tokens = config.output_len - 1  # after the prefill token
+    for bs in (1, 2):
+        level = levels[("draft_model", bs)]
+        assert level.questions == 3 and level.left_out == {}
+        for f in level.by_k:
+            steps = -(-tokens // (f.k + 1))  # whole steps of k + 1, the last one cut
+            assert f.views["stream"].al_token_weighted == tokens / steps
+            assert f.drafted_fraction == 1.0
+        # Each baseline level predicts the measured draft_model-k3 at both batch sizes.
+        checks = level.at(K).checks
+        assert [(c.config, c.batch_size, c.compared, c.identical) for c in checks] == [
+            (f"draft_model-k{K}", 1, 3, 3),
+            (f"draft_model-k{K}", 2, 3, 3),
+        ]
+        assert all(c.predicted_al == c.measured_al for c in checks)
+        assert all(not f.checks for f in level.by_k if f.k != K)
+        assert not levels[("ngram", bs)].at(K).checks  # no ngram level was measured
+    parent = client.get_run(summary.parent_run_id)
+    assert parent.data.metrics[f"oracle.draft_model.mtbench.bs1.k{K}.al_stream"] == tokens / 6
+    key = f"oracle.draft_model.mtbench.bs2.k{K}.identical_fraction.draft_model-k{K}.bs2"
+    assert parent.data.metrics[key] == 1.0
+    arts = {a.path for a in client.list_artifacts(summary.parent_run_id)}
+    assert {"oracle.json", "oracle.png"} <= arts
+
+
+def test_the_report_shows_the_oracle(swept):
+    from speedbench.report.text import render
+
+    _, _, config, _ = swept
+    text = render(Path(config.out_dir))
+    assert "## Acceptance for every draft length: the greedy oracle" in text
+    assert f"| draft_model-k{K} | bs2 | 3 | 3 | 0 | 0 |" in text
 
 
 def test_bad_parameters_fail_before_any_engine_starts(harness, tmp_path):

@@ -7,8 +7,8 @@ import pytest
 from speedbench.metrics.views import speed_bench_view, stream_view
 from speedbench.oracle.predict import (
     best_k,
+    break_even_at,
     check_measured,
-    expected_speedup,
     figures_at,
     predict,
     predicted_records,
@@ -124,14 +124,18 @@ def test_prediction_figures_and_the_check_against_a_measured_level():
 def test_expected_speedup_charges_the_draft_only_on_drafted_steps():
     base = [record("a", [9, 5, 6, 7, 8, 1], [5, 6, 7, 8])]
     prediction = predict(base, "ngram", [1, 3], show_progress=False)
-    at3 = expected_speedup(figures_at(prediction, "ngram", 3, None), 0.5)
+    at3, at1 = (figures_at(prediction, "ngram", k, None) for k in (3, 1))
     # Stream AL 5 / 2 = 2.5; half the steps drafted: cost 1 + 0.5 * 3 * 0.5 = 1.75.
-    assert at3.expected_speedup == pytest.approx(2.5 / 1.75)
-    at1 = expected_speedup(figures_at(prediction, "ngram", 1, None), 0.5)
+    even3 = break_even_at(at3, 16, 0.5, measured_speedup=1.2)
+    assert even3.expected_speedup == pytest.approx(2.5 / 1.75)
+    assert even3.measured_speedup == 1.2
     # k=1: stream [1, 2, 2] -> 5 / 3; drafted 2 of 3: cost 1 + 2/3 * 0.5.
-    assert at1.expected_speedup == pytest.approx((5 / 3) / (1 + 2 / 3 * 0.5))
-    assert best_k([at1, at3]) == 3
-    assert best_k([figures_at(prediction, "ngram", 1, None)]) is None
+    even1 = break_even_at(at1, 16, 0.5)
+    assert even1.expected_speedup == pytest.approx((5 / 3) / (1 + 2 / 3 * 0.5))
+    assert break_even_at(at1, 16, None) is None
+    with_costs = [f.model_copy(update={"break_even": [e]}) for f, e in ((at1, even1), (at3, even3))]
+    assert best_k(with_costs, 16) == 3
+    assert best_k(with_costs, 1) is None
 
 
 def test_a_baseline_without_prompt_ids_cannot_be_replayed():

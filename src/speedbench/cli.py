@@ -27,7 +27,7 @@ from speedbench.config import (
     load_params,
     read_config_file,
 )
-from speedbench.data.prompts import PromptSetError, write_prompt_file
+from speedbench.data.prompts import write_prompt_file
 from speedbench.errors import finish
 from speedbench.models import PACKAGED_MODELS, provision, resolve_dtype, resolve_model
 from speedbench.report.text import format_summary
@@ -78,55 +78,44 @@ def _report(args: argparse.Namespace) -> None:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
     print(text)
+    if args.html:
+        from speedbench.report.html import render_html
+
+        verdict = None
+        if args.reference:
+            from speedbench.stages import ACCEPTANCE_FILE
+            from speedbench.verify import check_reference
+
+            metrics = Path(args.metrics)
+            if list(metrics.glob(f"*/{ACCEPTANCE_FILE}")):
+                try:
+                    verdict = check_reference(Path(args.reference), metrics).line
+                except ConfigError as exc:
+                    verdict = f"verdict: none against {args.reference} ({exc})"
+        page = render_html(Path(args.results), verdict)
+        Path(args.html).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.html).write_text(page)
+        print(f"wrote {args.html} ({len(page.encode()) / 1024:.0f} KiB, self-contained)")
 
 
 def _verify_reference(args: argparse.Namespace) -> None:
-    from speedbench.stages import ACCEPTANCE_FILE, PROVENANCE_FILE, THROUGHPUT_FILE
-    from speedbench.verify import EXACT, NOT_COMPARABLE, UNTESTABLE, overall, verify
+    from speedbench.verify import EXACT, NOT_COMPARABLE, check_reference
 
-    ref_root, new_root = Path(args.reference), Path(args.results)
-    stages = sorted(p.parent.name for p in ref_root.glob(f"*/{ACCEPTANCE_FILE}"))
-    if not stages:
-        raise PromptSetError(f"no */{ACCEPTANCE_FILE} under the reference {ref_root}")
-
-    def read(path: Path) -> dict[str, Any]:
-        return json.loads(path.read_text()) if path.exists() else {}
-
-    verdicts = []
-    for stage in stages:
-        fresh = new_root / stage / ACCEPTANCE_FILE
-        if not fresh.exists():
-            raise PromptSetError(f"{fresh} is missing; run the pipeline first")
-        verdicts += verify(
-            read(ref_root / stage / ACCEPTANCE_FILE),
-            read(fresh),
-            read(ref_root / stage / PROVENANCE_FILE),
-            read(new_root / stage / PROVENANCE_FILE),
-        )
-        a, b = read(ref_root / stage / THROUGHPUT_FILE), read(new_root / stage / THROUGHPUT_FILE)
-        for key in sorted(set(a) & set(b)):
-            sa, sb = a[key].get("speedup"), b[key].get("speedup")
-            if sa and sb:
-                print(f"{stage} {key}: speedup reference {sa:.2f}, now {sb:.2f} (hardware-bound)")
-    for v in verdicts:
+    check = check_reference(Path(args.reference), Path(args.results))
+    for line in check.speedups:
+        print(line)
+    for v in check.verdicts:
         if v.verdict != EXACT:
             print(v.line())
-    kinds = (EXACT, "reproduced", "not_reproduced", UNTESTABLE, NOT_COMPARABLE)
-    counts = {kind: sum(v.verdict == kind for v in verdicts) for kind in kinds}
-    counts = {
-        kind: n for kind, n in counts.items() if n or kind not in (NOT_COMPARABLE, UNTESTABLE)
-    }
-    verdict = overall(verdicts)
-    tally = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in counts.items())
-    print(f"verdict: {verdict.replace('_', ' ')} against {ref_root} ({', '.join(stages)}: {tally})")
-    if verdict == EXACT:
-        print(f"acceptance matches the reference exactly ({', '.join(stages)})")
-    if verdict == NOT_COMPARABLE:
+    print(check.line)
+    if check.verdict == EXACT:
+        print(f"acceptance matches the reference exactly ({', '.join(check.stages)})")
+    if check.verdict == NOT_COMPARABLE:
         print(
             "the reference was generated under another protocol: measure with its protocol "
             "(params.yaml) to compare, or commit a reference of this one"
         )
-    if verdict in ("not_reproduced", NOT_COMPARABLE):
+    if check.verdict in ("not_reproduced", NOT_COMPARABLE):
         raise SystemExit(1)
 
 
@@ -391,6 +380,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--results", default="results")
     rp.add_argument("--mlflow", default=None, help="tracking URI to point at")
     rp.add_argument("--out", default=None, help="also write the Markdown here")
+    rp.add_argument("--html", default=None, help="also write a self-contained HTML report here")
+    rp.add_argument("--reference", default=None, help="HTML: verdict against this reference")
+    rp.add_argument("--metrics", default="results/metrics", help="HTML: the stages' DVC metrics")
     rp.set_defaults(func=_report)
 
     vr = sub.add_parser("verify-reference", help="compare acceptance with the committed reference")

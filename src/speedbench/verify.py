@@ -25,11 +25,14 @@ variable that capped the kernels' instruction set below it (``host_cpu.kernel_ca
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from speedbench.config import ConfigError
 from speedbench.host import format_kernel_caps
 from speedbench.metrics.bootstrap import Interval, bootstrap_ci
 
@@ -289,3 +292,61 @@ def overall(verdicts: list[FigureVerdict]) -> str:
     if NOT_REPRODUCED in kinds or not verdicts:
         return NOT_REPRODUCED
     return REPRODUCED if REPRODUCED in kinds else EXACT
+
+
+@dataclass(frozen=True)
+class ReferenceCheck:
+    """A results folder's stages against a committed reference: verdicts and the one-line tally."""
+
+    stages: list[str]
+    verdicts: list[FigureVerdict]
+    verdict: str
+    line: str
+    speedups: list[str] = field(default_factory=list)
+
+
+def check_reference(reference: Path, results: Path) -> ReferenceCheck:
+    """Verify every stage of ``reference`` (folders with acceptance.json) against ``results``.
+
+    Raises:
+        ConfigError: The reference has no stage, or a stage is missing from ``results``.
+    """
+    from speedbench.stages import ACCEPTANCE_FILE, PROVENANCE_FILE, THROUGHPUT_FILE
+
+    stages = sorted(p.parent.name for p in reference.glob(f"*/{ACCEPTANCE_FILE}"))
+    if not stages:
+        raise ConfigError(f"no */{ACCEPTANCE_FILE} under the reference {reference}")
+
+    def read(path: Path) -> dict[str, Any]:
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    verdicts: list[FigureVerdict] = []
+    speedups = []
+    for stage in stages:
+        fresh = results / stage / ACCEPTANCE_FILE
+        if not fresh.exists():
+            raise ConfigError(f"{fresh} is missing; run the pipeline first")
+        verdicts += verify(
+            read(reference / stage / ACCEPTANCE_FILE),
+            read(fresh),
+            read(reference / stage / PROVENANCE_FILE),
+            read(results / stage / PROVENANCE_FILE),
+        )
+        a, b = read(reference / stage / THROUGHPUT_FILE), read(results / stage / THROUGHPUT_FILE)
+        for key in sorted(set(a) & set(b)):
+            sa, sb = a[key].get("speedup"), b[key].get("speedup")
+            if sa and sb:
+                speedups.append(
+                    f"{stage} {key}: speedup reference {sa:.2f}, now {sb:.2f} (hardware-bound)"
+                )
+    kinds = (EXACT, REPRODUCED, NOT_REPRODUCED, UNTESTABLE, NOT_COMPARABLE)
+    counts = {kind: sum(v.verdict == kind for v in verdicts) for kind in kinds}
+    counts = {
+        kind: n for kind, n in counts.items() if n or kind not in (NOT_COMPARABLE, UNTESTABLE)
+    }
+    verdict = overall(verdicts)
+    tally = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in counts.items())
+    line = (
+        f"verdict: {verdict.replace('_', ' ')} against {reference} ({', '.join(stages)}: {tally})"
+    )
+    return ReferenceCheck(stages, verdicts, verdict, line, speedups)

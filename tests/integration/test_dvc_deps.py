@@ -31,7 +31,7 @@ def pipeline(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("pipeline")
     for name in ("dvc.yaml", "params.yaml"):
         shutil.copy(ROOT / name, root / name)
-    for tree in ("src", "flows", "tasks"):
+    for tree in ("src", "flows", "tasks", "results/reference"):
         shutil.copytree(ROOT / tree, root / tree, ignore=shutil.ignore_patterns("*.egg-info"))
     stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
     for stage in stages.values():

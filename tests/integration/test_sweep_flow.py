@@ -220,6 +220,25 @@ def test_the_report_shows_the_oracle(swept):
     assert f"| draft_model-k{K} | bs2 | 3 | 3 | 0 | 0 |" in text
 
 
+def test_the_html_report_is_one_file_that_needs_no_network(swept, tmp_path):
+    import re
+
+    from speedbench.report.html import render_html
+
+    _, _, config, _ = swept
+    page = render_html(Path(config.out_dir), "verdict: exact against ref (x: 1 exact)")
+    assert page.startswith("<!doctype html>") and page.rstrip().endswith("</html>")
+    # Nothing is fetched: no external scripts, styles or images.
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
+    assert page.count("data:image/png;base64,") >= 4  # pareto, heatmap, AR, speedup, oracle
+    assert '<b class="exact">verdict: exact against ref' in page
+    # The heatmaps: measured levels in two views, the oracle per drafter and batch size.
+    assert 'data-name="speed_bench"' in page and 'data-name="stream"' in page
+    assert 'data-name="draft_model bs1"' in page and 'data-name="ngram bs2"' in page
+    assert f"draft_model-k{K} bs2" in page
+    assert "<h2>All tables</h2>" in page and "<table>" in page
+
+
 def test_bad_parameters_fail_before_any_engine_starts(harness, tmp_path):
     from prefect.exceptions import ParameterTypeError
 

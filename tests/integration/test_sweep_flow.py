@@ -239,6 +239,16 @@ def test_the_html_report_is_one_file_that_needs_no_network(swept, tmp_path):
     assert "<h2>All tables</h2>" in page and "<table>" in page
 
 
+def test_the_report_goes_onto_the_stage_parent_run(swept, tmp_path):
+    from tasks.report import attach
+
+    summary, client, config, _ = swept
+    page = tmp_path / "report.html"
+    page.write_text("<!doctype html><html></html>")
+    assert attach([page], config.tracking_uri, config.experiment) == [summary.parent_run_id]
+    assert "report.html" in {a.path for a in client.list_artifacts(summary.parent_run_id)}
+
+
 def test_bad_parameters_fail_before_any_engine_starts(harness, tmp_path):
     from prefect.exceptions import ParameterTypeError
 

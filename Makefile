@@ -60,13 +60,13 @@ test:
 
 # The work-pool sweep on loopback (PostgreSQL, MLflow and Prefect servers, two workers on a core
 # each, a lost host, a re-run): about 6 minutes of both cores, more than make test's budget
-# leaves, so it has its own target (README, "Sweeps across many engine hosts").
+# leaves, so it has its own target (docs/pool.md).
 test-pool: setup engine-env postgres test-model
 	VLLM_CPU_KVCACHE_SPACE=1 $(PY) -m pytest -m pool tests
 
 # llama.cpp's real server (draft == target, faults, stream steps against its own counts). Its
 # build is 13.5 minutes of both cores on a 2-core AVX2 host, more than make test's budget leaves
-# (README, "llama.cpp"); once built, the tests take about two minutes.
+# (docs/llamacpp.md); once built, the tests take about two minutes.
 test-llamacpp: setup llama-server test-model docker-env
 	$(PY) -m pytest -m llamacpp tests
 

@@ -9,8 +9,8 @@ llama.cpp's own converter.
   token. Random weights with a large init scale keep greedy argmaxes far from ties.
 - Real Qwen 0.5B (Q4_K_M), draft == target: acceptance is not k + 1 everywhere and the output is
   not always the baseline's. The target verifies k + 1 tokens in one batch, through other
-  kernels than a one-token decode, and near-ties round the other way (the README's llama.cpp
-  section has the measurements). The stream's rejoined steps still equal the server's own
+  kernels than a one-token decode, and near-ties round the other way (docs/llamacpp.md has
+  the measurements). The stream's rejoined steps still equal the server's own
   counts, step by step, and the counters their sum.
 - Faults: bad prompt ids and the server killed mid-level end up on the records with their kinds,
   keeping what was streamed.

@@ -114,7 +114,8 @@ def test_acceptance_and_throughput_metrics():
 def test_stage_metrics_files_and_report(tmp_path):
     paths = write_stage_metrics(SUMMARY, tmp_path / "metrics" / "qualitative")
     names = ["acceptance.json", "throughput.json", "conditional_ar.csv", "provenance.json"]
-    assert [p.name for p in paths] == names
+    assert [p.name for p in paths] == [*names, "oracle.json"]
+    assert paths[4].read_text() == "{}\n"  # no oracle in this sweep: the declared metric, empty
     assert paths[2].read_text().splitlines() == [
         "config,view,position,conditional_ar",
         "ngram-k2/qualitative/bs1,speed_bench,1,0.6",

@@ -23,4 +23,8 @@ print("http://127.0.0.1:5000/#/compare-runs?runs=" + urllib.parse.quote(ids)
 PY
 )
 shot 1500,1400 docs/screenshots/mlflow_compare_runs.png "$url"
+# The main job's HTML report, every request sent to a dead proxy: it must render with no network.
+chromium --headless=new --no-sandbox --disable-gpu --hide-scrollbars --proxy-server=127.0.0.1:9 \
+  --window-size=1300,2200 --virtual-time-budget=5000 \
+  --screenshot=docs/screenshots/report_html.png "file://$PWD/results/metrics/report.html" 2>/dev/null
 echo "docs/screenshots/ updated"

@@ -238,22 +238,14 @@ def _oracle(args: argparse.Namespace) -> Any:
         check = check_measured(prediction, k, records, str(level_dir), eos_id,
                                next((r.batch_size for r in records), 0))  # fmt: skip
         by_k[k - 1] = by_k[k - 1].model_copy(update={"checks": [*by_k[k - 1].checks, check]})
-    first = prediction.requests[0]
-    level = OracleLevel(
-        drafter=args.drafter,
-        draft_model=args.draft if args.drafter == "draft_model" else None,
-        dtype=dtype if args.drafter == "draft_model" else None,
-        ngram_min=args.ngram_min if args.drafter == "ngram" else None,
-        ngram_max=args.ngram_max if args.drafter == "ngram" else None,
-        split=first.split,
-        batch_size=first.batch_size,
-        baseline=str(baseline),
-        requests=len(prediction.requests),
-        questions=len({r.prompt_id for r in prediction.requests}),
-        left_out=prediction.left_out,
-        seconds=prediction.seconds,
-        tokens=prediction.tokens,
-        by_k=by_k,
+    level = OracleLevel.of(
+        prediction,
+        args.drafter,
+        by_k,
+        str(baseline),
+        draft_model=args.draft,
+        dtype=dtype,
+        ngram=(args.ngram_min, args.ngram_max),
     )
     out = Path(args.out) if args.out else baseline / f"oracle-{args.drafter}.json"
     write_json(out, level.model_dump(mode="json"))

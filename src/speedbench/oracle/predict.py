@@ -127,6 +127,38 @@ class OracleLevel(Result):
         """``oracle-draft_model`` or ``oracle-ngram``."""
         return f"oracle-{self.drafter}"
 
+    @classmethod
+    def of(
+        cls,
+        prediction: Prediction,
+        drafter: OracleDrafter,
+        by_k: list[OracleK],
+        baseline: str,
+        *,
+        draft_model: str | None = None,
+        dtype: str | None = None,
+        ngram: tuple[int, int] = (NGRAM_MIN, NGRAM_MAX),
+    ) -> OracleLevel:
+        """The level of a prediction; split and batch size are its baseline records'."""
+        first = prediction.requests[0]
+        is_draft = drafter == "draft_model"
+        return cls(
+            drafter=drafter,
+            draft_model=draft_model if is_draft else None,
+            dtype=dtype if is_draft else None,
+            ngram_min=None if is_draft else ngram[0],
+            ngram_max=None if is_draft else ngram[1],
+            split=first.split,
+            batch_size=first.batch_size,
+            baseline=baseline,
+            requests=len(prediction.requests),
+            questions=len({r.prompt_id for r in prediction.requests}),
+            left_out=prediction.left_out,
+            seconds=prediction.seconds,
+            tokens=prediction.tokens,
+            by_k=by_k,
+        )
+
     def at(self, k: int) -> OracleK | None:
         """The figures at draft length ``k`` (None if not predicted)."""
         return next((f for f in self.by_k if f.k == k), None)

@@ -122,22 +122,10 @@ def oracle_level(
         cost = (lambda bs: 0.0) if drafter == "ngram" else (lambda bs: costs.get((split, bs)))
         evens = [e for bs in sizes if (e := break_even_at(figures, bs, cost(bs), measured.get(bs)))]
         by_k.append(figures.model_copy(update={"checks": checks, "break_even": evens}))
-    level = OracleLevel(
-        drafter=drafter,
-        draft_model=draft_model if drafter == "draft_model" else None,
-        dtype=dtype if drafter == "draft_model" else None,
-        ngram_min=NGRAM_MIN if drafter == "ngram" else None,
-        ngram_max=NGRAM_MAX if drafter == "ngram" else None,
-        split=split,
-        batch_size=batch_size,
-        baseline=str(records_dir),
-        requests=len(prediction.requests),
-        questions=len({r.prompt_id for r in prediction.requests}),
-        left_out=prediction.left_out,
-        seconds=prediction.seconds,
-        tokens=prediction.tokens,
-        by_k=by_k,
+    level = OracleLevel.of(
+        prediction, drafter, by_k, str(records_dir), draft_model=draft_model, dtype=dtype
     )
+    level = level.model_copy(update={"split": split, "batch_size": batch_size})
     best = {bs: k for bs in sizes if (k := best_k(by_k, bs)) is not None}
     return level.model_copy(update={"best_k": best})
 

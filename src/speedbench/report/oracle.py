@@ -144,10 +144,9 @@ def plot_oracle(levels: Sequence[OracleLevel], path: str | Path) -> Path | None:
     """Average_AL and Category_AL against k per drafter; expected speedup against k per bs."""
     if not levels:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from speedbench.report.plots import _save
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     left, right = axes
@@ -181,9 +180,4 @@ def plot_oracle(levels: Sequence[OracleLevel], path: str | Path) -> Path | None:
     )
     left.legend(fontsize=8)
     right.legend(fontsize=8)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, path)

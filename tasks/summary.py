@@ -11,10 +11,18 @@ from prefect.cache_policies import NO_CACHE
 from speedbench.results import CATEGORY_NAMESPACE, SweepSummary
 from tasks.tracking import Tracker
 
+CATEGORY_FIGURE = "al_speed_bench_request_mean"
+CATEGORY_TABLE_TITLE = "Category_AL (speed_bench view: mean AL over a category's questions)"
+
 
 def category_table(tracker: Tracker, parent_id: str) -> pd.DataFrame:
-    """AL per category (rows) x configuration (columns) over a sweep's finished child runs."""
+    """SPEED-Bench's Category_AL per category (rows) x configuration (columns), child runs.
+
+    The ``(all)`` row is its Average_AL. Both are the ``speed_bench`` view's request means,
+    the figures SPEED-Bench publishes, never the stream view's token-weighted AL.
+    """
     records = []
+    suffix = f"/{CATEGORY_FIGURE}"
     for run in tracker.children(parent_id):
         if run.info.status != "FINISHED":
             continue
@@ -26,16 +34,18 @@ def category_table(tracker: Tracker, parent_id: str) -> pd.DataFrame:
         column = f"{label} {p.get('split')} {load}"
         for key, value in m.items():
             namespace, _, rest = key.partition("/")
-            if namespace == CATEGORY_NAMESPACE and rest.endswith("/al_stream"):
+            if namespace == CATEGORY_NAMESPACE and rest.endswith(suffix):
                 records.append(
-                    {"category": rest.removesuffix("/al_stream"), "config": column, "al": value}
+                    {"category": rest.removesuffix(suffix), "config": column, "al": value}
                 )
-        if "al_stream" in m:
-            records.append({"category": "(all)", "config": column, "al": m["al_stream"]})
+        if CATEGORY_FIGURE in m:
+            records.append({"category": "(all)", "config": column, "al": m[CATEGORY_FIGURE]})
     if not records:
         return pd.DataFrame()
     frame = pd.DataFrame(records)
-    return frame.pivot_table(index="category", columns="config", values="al", aggfunc="first")
+    table = frame.pivot_table(index="category", columns="config", values="al", aggfunc="first")
+    table.index.name = "category (speed_bench Category_AL)"
+    return table
 
 
 def print_table(table: pd.DataFrame, title: str) -> None:
@@ -54,11 +64,11 @@ def print_table(table: pd.DataFrame, title: str) -> None:
 
 @task(cache_policy=NO_CACHE)
 def write_category_table(tracker: Tracker, parent_id: str, out_dir: Path) -> Path | None:
-    """The per-category AL table of a sweep as CSV, printed as a rich table."""
+    """The sweep's Category_AL table (speed_bench view) as CSV, printed as a rich table."""
     table = category_table(tracker, parent_id)
     if table.empty:
         return None
-    print_table(table, "Acceptance length by category and configuration")
+    print_table(table, CATEGORY_TABLE_TITLE)
     path = out_dir / "al_by_category.csv"
     path.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(path)

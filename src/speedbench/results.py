@@ -594,7 +594,9 @@ def tracking_scalars(metrics: LevelMetrics) -> tuple[dict[str, float], dict[str,
     plus ``al_engine_steps`` and ``al_server`` where the engine gives them; throughput,
     per-user speed, error rate, TTFT/TPOT/ITL/E2E percentiles, error counts and the client's
     self-measurement. Per-category figures live in their own namespace,
-    ``by_category/<category>/<figure>``, so no category name can collide with a figure.
+    ``by_category/<category>/al_<view>[_request_mean]`` for every view the category has
+    (``al_speed_bench_request_mean`` there is SPEED-Bench's Category_AL), so no category name
+    can collide with a figure.
     With goodput objectives, ``goodput_rps`` and ``goodput_fraction``; with repeats, each
     headline figure's mean and interval bounds as ``repeats/<figure>/<mean|low|high>``.
     Series (step = draft position j, from 1): conditional and joint acceptance rates of every
@@ -657,10 +659,9 @@ def tracking_scalars(metrics: LevelMetrics) -> tuple[dict[str, float], dict[str,
     if (cache := metrics.prefix_cache) and cache.hit_tokens is not None:
         scalars["prefix_cache_hit_tokens"] = cache.hit_tokens
     for cat, entry in metrics.per_category.items():
-        if entry.acceptance_stream:
-            scalars[f"{CATEGORY_NAMESPACE}/{cat}/al_stream"] = (
-                entry.acceptance_stream.al_token_weighted
-            )
+        for name, view in entry.views.items():
+            scalars[f"{CATEGORY_NAMESPACE}/{cat}/al_{name}"] = view.al_token_weighted
+            scalars[f"{CATEGORY_NAMESPACE}/{cat}/al_{name}_request_mean"] = view.al_request_mean
     finite = {k: float(v) for k, v in scalars.items() if v is not None and math.isfinite(v)}
     return finite, series
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
@@ -121,6 +122,20 @@ def test_plots_and_tables_are_on_the_parent_run(swept):
         "summary.json",
         "al_by_category.csv",
     } <= arts
+    # The parent's category table is SPEED-Bench's Category_AL (speed_bench view), level by
+    # level the same figures as the summary's.
+    table = pd.read_csv(
+        client.download_artifacts(summary.parent_run_id, "al_by_category.csv", str(root)),
+        index_col=0,
+    )
+    assert table.index.name == "category (speed_bench Category_AL)"
+    for row in summary.levels:
+        if not row.is_speculative:
+            continue
+        column = table[f"{row.config} {row.split} {row.load}"]
+        assert column["(all)"] == pytest.approx(row.al_speed_bench_request_mean, abs=1e-12)
+        for cat, al in row.al_speed_bench_by_category.items():
+            assert column[cat] == pytest.approx(al, abs=1e-12)
     # Artifacts of a SQLite store sit next to the database, never in ./mlruns of the cwd.
     assert list((root / "artifacts").rglob("pareto.png"))
     assert not (Path.cwd() / "mlruns").exists()

@@ -61,14 +61,35 @@ def _load():
     }
 
 
+def _view(name, token_weighted, request_mean):
+    return {
+        "view": name,
+        "k": 2,
+        "units": "questions" if name == "speed_bench" else "requests",
+        "count": 2,
+        "num_steps": 10,
+        "num_tokens": 25,
+        "conditional_ar": [0.8, 0.6],
+        "joint_ar": [0.8, 0.48],
+        "al_token_weighted": token_weighted,
+        "al_request_mean": request_mean,
+    }
+
+
 def _metrics(**overall):
     return LevelMetrics.model_validate(
         {
             "overall": {"load": _load(), **overall},
             "per_category": {
-                "coding": {"load": _load(), "acceptance_stream": _acc(3.0, [], [])},
+                "coding": {
+                    "load": _load(),
+                    "views": {
+                        "speed_bench": _view("speed_bench", 2.75, 2.9),
+                        "stream": _view("stream", 3.0, 3.1),
+                    },
+                },
                 # A category whose name is also a figure's suffix must not collide with it.
-                "engine_steps": {"load": _load(), "acceptance_stream": _acc(1.5, [], [])},
+                "engine_steps": {"load": _load(), "views": {"stream": _view("stream", 1.5, 1.4)}},
                 "qa": {"load": _load()},
             },
         }
@@ -90,8 +111,14 @@ def test_tracking_scalars_and_series():
     scalars, series = tracking_scalars(metrics)
     assert scalars["al_stream"] == 2.5 and scalars["al_counters"] == 2.4
     assert scalars["al_engine_steps"] == 2.2
+    # Every view of a category is named: SPEED-Bench's Category_AL is its speed_bench request
+    # mean, never the stream view's token-weighted AL.
+    assert scalars["by_category/coding/al_speed_bench_request_mean"] == 2.9
+    assert scalars["by_category/coding/al_speed_bench"] == 2.75
     assert scalars["by_category/coding/al_stream"] == 3.0
+    assert scalars["by_category/coding/al_stream_request_mean"] == 3.1
     assert scalars["by_category/engine_steps/al_stream"] == 1.5
+    assert "by_category/engine_steps/al_speed_bench_request_mean" not in scalars
     assert not any(k.startswith("by_category/qa") for k in scalars)
     assert not any(
         k.startswith("al_") and k.removeprefix("al_") in ("coding", "qa") for k in scalars

@@ -64,11 +64,13 @@ def main() -> None:
     print(f"{head[0]:>16}", " ".join(f"{h:>10}" for h in head[1:]), " cond AR (counters)")
     for row in summary.levels:
         cells = [row.config, row.batch_size, row.output_throughput_tok_s]
-        cells += [getattr(row, key) for key in ("al_stream", "al_counters", "speedup")]
+        cells += [row.figure(view, "al_token_weighted") for view in ("stream", "counters")]
+        cells.append(row.speedup)
         text = f"{cells[0]:>16} " + " ".join(
             f"{c:>10.3f}" if isinstance(c, float) else f"{c!s:>10}" for c in cells[1:]
         )
-        ar = [None if x is None else round(x, 3) for x in row.conditional_ar_counters or []]
+        counters_ar = row.figure("counters", "conditional_ar") or []
+        ar = [None if x is None else round(x, 3) for x in counters_ar]
         print(text, "", ar)
     Path(args.out, "bench.json").write_text(summary.model_dump_json(indent=2))
 

@@ -98,6 +98,18 @@ def _report(args: argparse.Namespace) -> None:
         print(f"wrote {args.html} ({len(page.encode()) / 1024:.0f} KiB, self-contained)")
 
 
+def _migrate_results(args: argparse.Namespace) -> None:
+    from speedbench.stages import ACCEPTANCE_FILE, migrate_stage_files
+
+    for folder in map(Path, args.folders):
+        stages = sorted({p.parent for p in folder.glob(f"**/{ACCEPTANCE_FILE}")})
+        if not stages:
+            raise ConfigError(f"{folder}: no {ACCEPTANCE_FILE} below it, nothing to migrate")
+        for stage in stages:
+            changed = migrate_stage_files(stage)
+            print(f"{stage}: {', '.join(p.name for p in changed) or 'already current'}")
+
+
 def _verify_reference(args: argparse.Namespace) -> None:
     from speedbench.verify import EXACT, NOT_COMPARABLE, check_reference
 
@@ -381,6 +393,13 @@ def build_parser() -> argparse.ArgumentParser:
     vr.add_argument("--reference", default="results/reference/default")
     vr.add_argument("--results", default="results/metrics", help="fresh metrics to compare")
     vr.set_defaults(func=_verify_reference)
+
+    mr = sub.add_parser(
+        "migrate-results",
+        help="rewrite stage metrics folders (a reference, results/metrics) in today's schema",
+    )
+    mr.add_argument("folders", nargs="+", help="folders holding stage folders or stage files")
+    mr.set_defaults(func=_migrate_results)
 
     st = sub.add_parser("stores", help="a team's PostgreSQL, MLflow and Prefect servers")
     st.add_argument("action", choices=["start", "stop"])

@@ -34,7 +34,7 @@ from speedbench.host import format_cpu_list, keep_off
 from speedbench.metrics.goodput import LatencyObjectives
 from speedbench.metrics.summary import summarize_level
 from speedbench.records import RecordSink, RequestRecord, write_parquet
-from speedbench.results import LevelMetrics, finite, load_key, write_json
+from speedbench.results import LevelMetrics, StaleResults, finite, load_key, write_json
 from speedbench.secrets import redacted_engine
 from speedbench.tokenize import PromptTokenizer, check_token_ids
 
@@ -108,11 +108,19 @@ class LevelResult:
 def load_level(
     directory: Path, label: str, split: str, batch_size: int, request_rate: float | None = None
 ) -> LevelResult | None:
-    """A level measured earlier, from its ``metrics.json`` (None if it is not on disk)."""
+    """A level measured earlier, from its ``metrics.json``.
+
+    None if it is not on disk, or was written in another results schema (said in one line: the
+    level is then measured again rather than read under the wrong names).
+    """
     path = directory / "metrics.json"
     if not path.exists():
         return None
-    metrics = LevelMetrics.read(path)
+    try:
+        metrics = LevelMetrics.read(path)
+    except StaleResults as exc:
+        log.warning("%s", exc)
+        return None
     return LevelResult(label, batch_size, metrics, directory, split, request_rate)
 
 

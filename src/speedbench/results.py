@@ -23,11 +23,37 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from speedbench.metrics.pareto import LoadPoint, pareto_front, speedup
 
+# The shape of every results file speedbench writes (a level's metrics.json, a sweep's
+# summary.json, a stage's acceptance.json / throughput.json / oracle.json / provenance.json).
+# 1: files without the key (acceptance beside the views in per-view fields); 2: acceptance
+# only as named views (``views: {view: figures}``), stage files as ``{"levels": ...}``.
+SCHEMA_VERSION = 2
+
 
 class Result(BaseModel):
     """Base of every result model: unknown fields are errors."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+class StaleResults(ValueError):
+    """A results file written in another schema than this speedbench reads."""
+
+
+def read_versioned(path: Path) -> dict[str, Any]:
+    """A results file's JSON, refused in one line if its schema is not :data:`SCHEMA_VERSION`.
+
+    Raises:
+        StaleResults: The file was written by another speedbench (its schema named).
+    """
+    data = json.loads(path.read_text())
+    version = data.get("schema_version", 1) if isinstance(data, dict) else 1
+    if version != SCHEMA_VERSION:
+        raise StaleResults(
+            f"{path}: results schema {version}, this speedbench reads {SCHEMA_VERSION}; "
+            "measure it again (a sweep re-measures such levels by itself)"
+        )
+    return data
 
 
 Figure = float | None
@@ -71,37 +97,6 @@ class LoadFigures(Result):
     e2e_s: Distribution
 
 
-class AcceptanceFigures(Result):
-    """One acceptance view: rates per draft position and acceptance length (AL)."""
-
-    k: int
-    num_steps: int
-    conditional_ar: list[Figure]
-    joint_ar: list[Figure]
-    al_token_weighted: Figure
-    al_request_mean: Figure
-    histogram: list[float]
-    al_request_mean_ci: Interval | None = None
-    al_token_weighted_ci: Interval | None = None
-    requests_with_merged_chunks: int | None = None
-
-
-class EngineStepFigures(Result):
-    """AL from the engine's own per-request verification-step counts (SGLang)."""
-
-    al_token_weighted: Figure
-    al_request_mean: Figure
-    al_token_weighted_ci: Interval
-    requests: int
-    steps: int
-
-
-class ServerFigures(Result):
-    """The server's own running AL, as the engine states it."""
-
-    al: Figure
-
-
 class CounterDelta(Result):
     """The engine's SD counters over a level (after minus before)."""
 
@@ -111,10 +106,17 @@ class CounterDelta(Result):
     accepted_per_pos: list[float]
 
 
-class ViewFigures(Result):
-    """One named acceptance view (:mod:`speedbench.metrics.views`) of a set of requests."""
+VIEW_NAMES = ("speed_bench", "stream", "engine", "counters", "server")
 
-    view: Literal["speed_bench", "stream", "engine", "counters"]
+
+class ViewFigures(Result):
+    """One named acceptance view (:mod:`speedbench.metrics.views`) of a set of requests.
+
+    ``server`` is the engine's own running AL as it states it (SGLang's
+    ``avg_spec_accept_length``): one figure, ``al_token_weighted``, and nothing per request.
+    """
+
+    view: Literal["speed_bench", "stream", "engine", "counters", "server"]
     k: int
     units: Literal["questions", "requests", "none"]
     count: int
@@ -138,20 +140,15 @@ class CategoryFigures(Result):
     """One category's share of a level."""
 
     load: LoadFigures
-    acceptance_stream: AcceptanceFigures | None = None
     views: dict[str, ViewFigures] = Field(default_factory=dict)
 
 
 class LevelFigures(Result):
-    """A level's figures over all its requests, one field per acceptance view."""
+    """A level's figures over all its requests: load, errors, raw SD counters, named views."""
 
     load: LoadFigures
     errors_by_kind: dict[str, int] = Field(default_factory=dict)
-    acceptance_stream: AcceptanceFigures | None = None
-    acceptance_counters: AcceptanceFigures | None = None
     counters: CounterDelta | None = None
-    acceptance_engine_steps: EngineStepFigures | None = None
-    acceptance_server: ServerFigures | None = None
     views: dict[str, ViewFigures] = Field(default_factory=dict)
 
 
@@ -237,11 +234,12 @@ class LevelMetrics(Result):
     prefix_cache: PrefixCacheFigures | None = None
     failed: str | None = None
     config: dict[str, Any] = Field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
 
     @classmethod
     def read(cls, path: Path) -> LevelMetrics:
-        """A level's ``metrics.json``."""
-        return cls.model_validate_json(path.read_text())
+        """A level's ``metrics.json`` (:class:`StaleResults` if another schema wrote it)."""
+        return cls.model_validate(read_versioned(path))
 
 
 class MismatchFigures(Result):
@@ -261,6 +259,108 @@ class LosslessFigures(Result):
     matched: int
     match_rate: Figure
     mismatches: list[MismatchFigures] = Field(default_factory=list)
+
+
+class CategoryAL(Result):
+    """One category's acceptance length under one view.
+
+    ``al_request_mean`` is the mean of its units' own AL (SPEED-Bench's Category_AL in the
+    ``speed_bench`` view, where the units are questions); ``al_token_weighted`` pools its steps.
+    """
+
+    al_request_mean: Figure = None
+    al_token_weighted: Figure = None
+    # Bootstrap interval of the request mean over the category's units (None with one unit).
+    al_request_mean_ci: Interval | None = None
+    count: int | None = None
+
+
+class QuestionAL(Result):
+    """One question's own AL and its category: what a paired comparison of two runs needs."""
+
+    category: str
+    al: Figure
+
+
+class ViewSummary(Result):
+    """One named view's figures of a level: the one shape every consumer reads.
+
+    ``SummaryRow.views``, the stage's ``acceptance.json`` (without the intervals), the MLflow
+    scalars, the report and verify-reference all read this type, keyed by view name
+    (:data:`VIEW_NAMES`). A figure the view does not define is None.
+    """
+
+    al_request_mean: Figure = None
+    al_token_weighted: Figure = None
+    al_request_mean_ci: Interval | None = None
+    # Per draft position 1..k (speedbench's per-position form).
+    conditional_ar: list[Figure] | None = None
+    joint_ar: list[Figure] | None = None
+    # speed_bench only: SPEED-Bench's conditional AR keyed by observed step length.
+    conditional_ar_by_length: dict[str, Figure] | None = None
+    # Units averaged for the request mean (questions for speed_bench, requests otherwise).
+    count: int | None = None
+    by_category: dict[str, CategoryAL] = Field(default_factory=dict)
+    # speed_bench only: every question's own AL (verify-reference's paired test).
+    questions: dict[str, QuestionAL] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, view: Any, per_category: dict[str, Any]) -> ViewSummary:
+        """The summary of a view and its per-category views.
+
+        Args:
+            view: The level's :class:`ViewFigures` (or :class:`speedbench.metrics.views.
+                ViewFigures`: the same attributes).
+            per_category: Each category's figures under the same view.
+        """
+        has_ar = view.view not in ("server",) and any(a is not None for a in view.conditional_ar)
+        has_units = view.units != "none"
+
+        def category(c: Any) -> CategoryAL:
+            many = len(c.per_unit) > 1
+            return CategoryAL(
+                al_request_mean=c.al_request_mean if has_units else None,
+                al_token_weighted=c.al_token_weighted,
+                al_request_mean_ci=_interval(c.al_request_mean_ci) if many else None,
+                count=c.count if has_units else None,
+            )
+
+        questions = {}
+        if view.view == "speed_bench":
+            questions = {
+                qid: QuestionAL(category=cat, al=al)
+                for cat, c in sorted(per_category.items())
+                for qid, al in sorted(c.per_unit.items())
+            }
+        return cls(
+            al_request_mean=view.al_request_mean if has_units else None,
+            al_token_weighted=view.al_token_weighted,
+            al_request_mean_ci=_interval(view.al_request_mean_ci) if has_units else None,
+            conditional_ar=list(view.conditional_ar) if has_ar else None,
+            joint_ar=list(view.joint_ar) if has_ar else None,
+            conditional_ar_by_length=dict(view.conditional_ar_by_length) or None,
+            count=view.count if has_units else None,
+            by_category={name: category(c) for name, c in sorted(per_category.items())},
+            questions=questions,
+        )
+
+    def figures(self) -> dict[str, Any]:
+        """The view as ``acceptance.json`` holds it: no intervals, nothing undefined."""
+        return self.model_dump(
+            mode="json",
+            exclude_defaults=True,
+            exclude={
+                "al_request_mean_ci": True,
+                "by_category": {"__all__": {"al_request_mean_ci"}},
+            },
+        )
+
+
+def _interval(ci: Any) -> Interval | None:
+    """A pydantic interval from either interval type (None stays None)."""
+    if ci is None:
+        return None
+    return ci if isinstance(ci, Interval) else Interval(value=ci.value, low=ci.low, high=ci.high)
 
 
 def load_key(batch_size: int, request_rate: float | None) -> str:
@@ -299,31 +399,11 @@ class SummaryRow(Result):
     # More than one repeat: each headline figure's mean and Student-t interval over repeats.
     repeats: int = 1
     spread: dict[str, SpreadFigures] = Field(default_factory=dict)
-    al_stream: Figure = None
-    al_request_mean: Figure = None
-    conditional_ar: list[Figure] | None = None
-    al_by_category: dict[str, Figure] = Field(default_factory=dict)
-    al_counters: Figure = None
-    conditional_ar_counters: list[Figure] | None = None
-    al_engine_steps: Figure = None
-    al_server: Figure = None
+    # Every acceptance view of the level by name (docs/acceptance-views.md); empty without SD.
+    views: dict[str, ViewSummary] = Field(default_factory=dict)
     speedup: Figure = None
     # The no-SD baseline's median end-to-end latency over this level's, at the same load point.
     e2e_speedup: Figure = None
-    # SPEED-Bench's own view: Average_AL (mean over questions), its pooled AL, Category_AL.
-    al_speed_bench_request_mean: Figure = None
-    al_speed_bench: Figure = None
-    conditional_ar_speed_bench: list[Figure] | None = None
-    al_speed_bench_by_category: dict[str, Figure] = Field(default_factory=dict)
-    # Its bootstrap interval over the category's questions (absent with one question).
-    al_speed_bench_by_category_ci: dict[str, Interval] = Field(default_factory=dict)
-    # Each question's own AL and category (what a paired comparison of two runs needs).
-    al_speed_bench_by_question: dict[str, Figure] = Field(default_factory=dict)
-    category_of_question: dict[str, str] = Field(default_factory=dict)
-    # The engine's own per-request view (vLLM per-request metrics, SGLang spec_verify_ct).
-    al_engine: Figure = None
-    al_engine_request_mean: Figure = None
-    conditional_ar_engine: list[Figure] | None = None
     # Greedy SD levels: outputs against the baseline's at the same split and batch size.
     lossless: LosslessFigures | None = None
     # Other processes' share of the host's CPUs during the level, and whether that was too much.
@@ -335,6 +415,25 @@ class SummaryRow(Result):
     def is_speculative(self) -> bool:
         """Whether this level drafted (the no-SD baseline is labelled ``none``)."""
         return self.config != "none"
+
+    def figure(self, view: str, name: str) -> Figure:
+        """One figure of one view; None where the level lacks the view or the view the figure.
+
+        ``figure("speed_bench", "al_request_mean")`` is SPEED-Bench's Average_AL.
+        """
+        summary = self.views.get(view)
+        return None if summary is None else getattr(summary, name)
+
+    @property
+    def average_al(self) -> Figure:
+        """SPEED-Bench's Average_AL: the speed_bench view's mean over questions."""
+        return self.figure("speed_bench", "al_request_mean")
+
+    @property
+    def category_al(self) -> dict[str, Figure]:
+        """SPEED-Bench's Category_AL per category (speed_bench view, mean over questions)."""
+        view = self.views.get("speed_bench")
+        return {} if view is None else {c: f.al_request_mean for c, f in view.by_category.items()}
 
     @property
     def open_loop(self) -> bool:
@@ -349,7 +448,8 @@ class SummaryRow(Result):
     @property
     def questions_per_category(self) -> str:
         """``n=5`` when every category has 5 questions, ``n=1-3`` when not ('' if unknown)."""
-        counts = Counter(self.category_of_question.values())
+        view = self.views.get("speed_bench")
+        counts = Counter(q.category for q in view.questions.values()) if view else Counter()
         if not counts:
             return ""
         low, high = min(counts.values()), max(counts.values())
@@ -391,53 +491,17 @@ class SummaryRow(Result):
         if metrics.repeats is not None:
             row.repeats = metrics.repeats.count
             row.spread = dict(metrics.repeats.spread)
-        if o.acceptance_stream:
-            row.al_stream = o.acceptance_stream.al_token_weighted
-            row.al_request_mean = o.acceptance_stream.al_request_mean
-            row.conditional_ar = o.acceptance_stream.conditional_ar
-            row.al_by_category = {
-                cat: entry.acceptance_stream.al_token_weighted
-                for cat, entry in metrics.per_category.items()
-                if entry.acceptance_stream
-            }
-        if o.acceptance_counters:
-            row.al_counters = o.acceptance_counters.al_token_weighted
-            row.conditional_ar_counters = o.acceptance_counters.conditional_ar
-        if o.acceptance_engine_steps:
-            row.al_engine_steps = o.acceptance_engine_steps.al_token_weighted
-        if o.acceptance_server:
-            row.al_server = o.acceptance_server.al
-        if sb := o.views.get("speed_bench"):
-            row.al_speed_bench_request_mean = sb.al_request_mean
-            row.al_speed_bench = sb.al_token_weighted
-            row.conditional_ar_speed_bench = sb.conditional_ar
-            row.al_speed_bench_by_category = {
-                cat: entry.views["speed_bench"].al_request_mean
-                for cat, entry in metrics.per_category.items()
-                if "speed_bench" in entry.views
-            }
-            row.al_speed_bench_by_category_ci = {
-                cat: ci
-                for cat, entry in metrics.per_category.items()
-                if "speed_bench" in entry.views
-                and len(entry.views["speed_bench"].per_unit) > 1
-                and (ci := entry.views["speed_bench"].al_request_mean_ci) is not None
-            }
-            row.al_speed_bench_by_question = dict(sb.per_unit)
-            row.category_of_question = {
-                qid: cat
-                for cat, entry in metrics.per_category.items()
-                if "speed_bench" in entry.views
-                for qid in entry.views["speed_bench"].per_unit
-            }
+        row.views = {
+            name: ViewSummary.of(
+                view,
+                {c: e.views[name] for c, e in metrics.per_category.items() if name in e.views},
+            )
+            for name, view in o.views.items()
+        }
         if metrics.host is not None:
             row.host_others_fraction = metrics.host.others_fraction
             row.host_flagged = metrics.host.flagged
             row.host_warning = metrics.host.warning
-        if engine := o.views.get("engine"):
-            row.al_engine = engine.al_token_weighted
-            row.al_engine_request_mean = engine.al_request_mean
-            row.conditional_ar_engine = engine.conditional_ar
         return row
 
 
@@ -485,7 +549,7 @@ def break_even(
             c = 0.0
         elif (d := draft_tpot.get(speedup_key(r))) and (t := target_tpot.get(speedup_key(r))):
             c = d / t
-        al = r.al_stream
+        al = r.figure("stream", "al_token_weighted")
         expected = al / (1 + r.k * c) if al is not None and c is not None else None
         out.append(
             BreakEven(
@@ -517,11 +581,12 @@ class SweepSummary(Result):
     plots: list[str] = Field(default_factory=list)
     parent_run_id: str | None = None
     tracking_uri: str | None = None
+    schema_version: int = SCHEMA_VERSION
 
     @classmethod
     def read(cls, path: Path) -> SweepSummary:
-        """A sweep's ``summary.json``."""
-        return cls.model_validate_json(path.read_text())
+        """A sweep's ``summary.json`` (:class:`StaleResults` if another schema wrote it)."""
+        return cls.model_validate(read_versioned(path))
 
     def write(self, path: Path) -> Path:
         """Write ``summary.json`` (standard JSON: NaN as null)."""
@@ -590,8 +655,8 @@ def tracking_scalars(metrics: LevelMetrics) -> tuple[dict[str, float], dict[str,
     """A level as scalar metrics and per-position series for a tracker.
 
     Scalars: acceptance lengths of every view, named ``al_<view>`` (token-weighted) and
-    ``al_<view>_request_mean`` (``al_speed_bench_request_mean`` is SPEED-Bench's Average_AL),
-    plus ``al_engine_steps`` and ``al_server`` where the engine gives them; throughput,
+    ``al_<view>_request_mean`` (``al_speed_bench_request_mean`` is SPEED-Bench's Average_AL;
+    ``al_server`` is the engine's own running AL where it states one); throughput,
     per-user speed, error rate, TTFT/TPOT/ITL/E2E percentiles, error counts and the client's
     self-measurement. Per-category figures live in their own namespace,
     ``by_category/<category>/al_<view>[_request_mean]`` for every view the category has
@@ -617,23 +682,10 @@ def tracking_scalars(metrics: LevelMetrics) -> tuple[dict[str, float], dict[str,
         for q in ("p50", "p90", "p99"):
             scalars[f"{name.removesuffix('_s')}_{q}_s"] = getattr(dist, q)
     series: dict[str, list[float]] = {}
-    for view in ("stream", "counters"):
-        acc: AcceptanceFigures | None = getattr(overall, f"acceptance_{view}")
-        if acc is None:
-            continue
-        scalars[f"al_{view}"] = acc.al_token_weighted
-        scalars[f"al_{view}_request_mean"] = acc.al_request_mean
-        series[f"conditional_ar_{view}"] = [_nan(v) for v in acc.conditional_ar]
-        series[f"joint_ar_{view}"] = [_nan(v) for v in acc.joint_ar]
-    if steps := overall.acceptance_engine_steps:
-        scalars["al_engine_steps"] = steps.al_token_weighted
-        scalars["al_engine_steps_request_mean"] = steps.al_request_mean
-    if server := overall.acceptance_server:
-        scalars["al_server"] = server.al
-    for name in ("speed_bench", "engine"):
-        if view := overall.views.get(name):
-            scalars[f"al_{name}"] = view.al_token_weighted
-            scalars[f"al_{name}_request_mean"] = view.al_request_mean
+    for name, view in overall.views.items():
+        scalars[f"al_{name}"] = view.al_token_weighted
+        scalars[f"al_{name}_request_mean"] = view.al_request_mean
+        if any(v is not None for v in view.conditional_ar):
             series[f"conditional_ar_{name}"] = [_nan(v) for v in view.conditional_ar]
             series[f"joint_ar_{name}"] = [_nan(v) for v in view.joint_ar]
     for kind, count in overall.errors_by_kind.items():

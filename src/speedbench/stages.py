@@ -6,7 +6,9 @@ flows.stage`` for the Prefect sweeps); what they read from params.yaml and what 
 
 Acceptance at greedy decoding is deterministic at a fixed batch size, so ``acceptance.json`` is
 compared exactly against the committed reference; throughput is hardware-dependent and lives in
-``throughput.json``, compared by ratio only.
+``throughput.json``, compared by ratio only. Each of them (and ``oracle.json``) is
+``{"schema_version": N, "levels": {<config>/<split>/<load>: ...}}``; ``provenance.json``
+carries ``schema_version`` beside its keys.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 from speedbench.config import ConfigError, SweepConfig, load_config
 from speedbench.oracle.predict import OracleK, OracleLevel
-from speedbench.results import SummaryRow, SweepSummary
+from speedbench.results import SCHEMA_VERSION, SummaryRow, SweepSummary, ViewSummary
 
 ACCEPTANCE_FILE = "acceptance.json"
 PROVENANCE_FILE = "provenance.json"
@@ -47,46 +49,18 @@ def stage_sweep(params: dict[str, Any], stage: str, results_dir: str = "results"
 
 
 def acceptance_views(row: SummaryRow) -> dict[str, dict[str, Any]]:
-    """A level's acceptance figures grouped by the view that defines them (absent views left out).
+    """A level's acceptance figures by view (:meth:`ViewSummary.figures`; absent views left out).
 
-    ``speed_bench.al_request_mean`` is SPEED-Bench's Average_AL and ``speed_bench.al_by_category``
-    its Category_AL; ``stream.al_by_category`` is the stream view's token-weighted AL.
+    ``speed_bench.al_request_mean`` is SPEED-Bench's Average_AL and
+    ``speed_bench.by_category.<c>.al_request_mean`` its Category_AL; every view's
+    ``by_category`` holds both its request mean and its token-weighted AL where it defines them.
     """
-    views = {
-        "speed_bench": {
-            "al_request_mean": row.al_speed_bench_request_mean,
-            "al_token_weighted": row.al_speed_bench,
-            "conditional_ar": row.conditional_ar_speed_bench,
-            "al_by_category": row.al_speed_bench_by_category or None,
-            # Per-question AL: what verify-reference's paired test compares run to run.
-            "questions": {
-                qid: {"category": row.category_of_question.get(qid, ""), "al": al}
-                for qid, al in sorted(row.al_speed_bench_by_question.items())
-            }
-            or None,
-        },
-        "stream": {
-            "al_token_weighted": row.al_stream,
-            "al_request_mean": row.al_request_mean,
-            "conditional_ar": row.conditional_ar,
-            "al_by_category": row.al_by_category or None,
-        },
-        "engine": {
-            "al_token_weighted": row.al_engine,
-            "al_request_mean": row.al_engine_request_mean,
-            "conditional_ar": row.conditional_ar_engine,
-        },
-        "counters": {
-            "al_token_weighted": row.al_counters,
-            "conditional_ar": row.conditional_ar_counters,
-        },
-    }
-    out = {}
-    for name, figures in views.items():
-        present = {k: v for k, v in figures.items() if v is not None}
-        if present:
-            out[name] = present
-    return out
+    return {name: view.figures() for name, view in row.views.items()}
+
+
+def versioned(levels: dict[str, Any]) -> dict[str, Any]:
+    """A stage metrics file's content: its schema version and its levels."""
+    return {"schema_version": SCHEMA_VERSION, "levels": levels}
 
 
 def acceptance_metrics(summary: SweepSummary) -> dict[str, Any]:
@@ -124,35 +98,12 @@ def oracle_views(figures: OracleK) -> dict[str, dict[str, Any]]:
     So verify-reference judges predicted levels by the same rules as measured ones (exact where
     exactness is promised, else the paired test over per-question AL).
     """
-    sb, stream = figures.views["speed_bench"], figures.views["stream"]
-    category_of = {
-        qid: cat
-        for cat, views in figures.per_category.items()
-        for qid in views["speed_bench"].per_unit
+    return {
+        name: ViewSummary.of(
+            view, {c: views[name] for c, views in figures.per_category.items() if name in views}
+        ).figures()
+        for name, view in figures.views.items()
     }
-    views = {
-        "speed_bench": {
-            "al_request_mean": sb.al_request_mean,
-            "al_token_weighted": sb.al_token_weighted,
-            "conditional_ar": sb.conditional_ar,
-            "al_by_category": {
-                c: v["speed_bench"].al_request_mean for c, v in figures.per_category.items()
-            },
-            "questions": {
-                qid: {"category": category_of.get(qid, ""), "al": al}
-                for qid, al in sorted(sb.per_unit.items())
-            },
-        },
-        "stream": {
-            "al_token_weighted": stream.al_token_weighted,
-            "al_request_mean": stream.al_request_mean,
-            "conditional_ar": stream.conditional_ar,
-            "al_by_category": {
-                c: v["stream"].al_token_weighted for c, v in figures.per_category.items()
-            },
-        },
-    }
-    return {name: {k: v for k, v in f.items() if v is not None} for name, f in views.items()}
 
 
 def oracle_acceptance(levels: list[OracleLevel]) -> dict[str, Any]:
@@ -194,12 +145,12 @@ def write_stage_metrics(
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     prov = out_dir / PROVENANCE_FILE
-    prov.write_text(json.dumps(summary.provenance, indent=2, sort_keys=True) + "\n")
+    _write(prov, {**summary.provenance, "schema_version": SCHEMA_VERSION})
     acc = out_dir / ACCEPTANCE_FILE
     acceptance = {**acceptance_metrics(summary), **oracle_acceptance(oracle or [])}
-    acc.write_text(json.dumps(acceptance, indent=2, sort_keys=True) + "\n")
+    _write(acc, versioned(acceptance))
     thr = out_dir / THROUGHPUT_FILE
-    thr.write_text(json.dumps(throughput_metrics(summary), indent=2, sort_keys=True) + "\n")
+    _write(thr, versioned(throughput_metrics(summary)))
     lines = ["config,view,position,conditional_ar"]
     for key, views in acceptance.items():
         for view, figures in views.items():
@@ -209,8 +160,94 @@ def write_stage_metrics(
     csv.write_text("\n".join(lines) + "\n")
     # Written (empty) without oracle levels too: dvc.yaml declares it as the stage's metric.
     orc = out_dir / ORACLE_FILE
-    orc.write_text(json.dumps(oracle_metrics(oracle or []), indent=2, sort_keys=True) + "\n")
+    _write(orc, versioned(oracle_metrics(oracle or [])))
     return [acc, thr, csv, prov, orc]
+
+
+# Keys of acceptance.json before the views were named, and the view each figure was in.
+LEGACY_KEYS = {"al_stream", "al_counters", "conditional_ar", "al_by_category"}
+
+
+def stage_levels(data: dict[str, Any]) -> dict[str, Any]:
+    """The levels of a stage metrics file of any schema (version 2 nests them under "levels")."""
+    return data["levels"] if "schema_version" in data else data
+
+
+def upgrade(acceptance: dict[str, Any]) -> dict[str, Any]:
+    """An acceptance.json of any schema, as today's levels (figures grouped by view).
+
+    Schema 2 holds its levels under ``levels``, each view's per-category figures under
+    ``by_category.<c>`` with both weightings named. Schema 1 files hold the levels at the top,
+    one ``al_by_category`` per view: the request mean (Category_AL) in the ``speed_bench``
+    view, the token-weighted AL in the others; they are reshaped, no number changed. Files
+    written before the views were named hold ``al_stream`` and ``al_by_category`` (the stream
+    view, token-weighted), ``al_counters`` (the counters view) and one ``conditional_ar`` (the
+    counters' where there were counters, else the stream's).
+    """
+    if "schema_version" in acceptance:
+        return stage_levels(acceptance)
+    return {key: _named_categories(_named_views(entry)) for key, entry in acceptance.items()}
+
+
+def _named_views(entry: dict[str, Any]) -> dict[str, Any]:
+    """A level written before the views were named, as schema 1's views."""
+    if not (set(entry) & LEGACY_KEYS):
+        return entry
+    views: dict[str, dict[str, Any]] = {}
+    stream = {"al_token_weighted": entry.get("al_stream")}
+    if entry.get("al_by_category"):
+        stream["al_by_category"] = entry["al_by_category"]
+    counters = {"al_token_weighted": entry.get("al_counters")}
+    ar_owner = counters if entry.get("al_counters") is not None else stream
+    if entry.get("conditional_ar") is not None:
+        ar_owner["conditional_ar"] = entry["conditional_ar"]
+    for name, figures in (("stream", stream), ("counters", counters)):
+        present = {k: v for k, v in figures.items() if v is not None}
+        if present:
+            views[name] = present
+    return views
+
+
+def _named_categories(views: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1's ``al_by_category`` as schema 2's ``by_category`` with the weighting named."""
+    out = {}
+    for name, figures in views.items():
+        figures = dict(figures)
+        if (by_cat := figures.pop("al_by_category", None)) is not None:
+            weighting = "al_request_mean" if name == "speed_bench" else "al_token_weighted"
+            figures["by_category"] = {c: {weighting: al} for c, al in by_cat.items()}
+        out[name] = figures
+    return out
+
+
+def migrate_stage_files(folder: Path) -> list[Path]:
+    """Rewrite a stage folder's metrics files of an earlier schema in today's; returns them.
+
+    Only the shape changes (:func:`upgrade`): levels nest under ``levels``,
+    each view's per-category figures name their weighting; no number is recomputed. Files
+    already in today's schema are left as they are.
+    """
+    changed = []
+    for name in (ACCEPTANCE_FILE, THROUGHPUT_FILE, ORACLE_FILE, PROVENANCE_FILE):
+        path = folder / name
+        if not path.exists():
+            continue
+        data = json.loads(path.read_text())
+        if data.get("schema_version") == SCHEMA_VERSION:
+            continue
+        if name == PROVENANCE_FILE:
+            data = {**data, "schema_version": SCHEMA_VERSION}
+        elif name == ACCEPTANCE_FILE:
+            data = versioned(upgrade(data))
+        else:
+            data = versioned(data)
+        _write(path, data)
+        changed.append(path)
+    return changed
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def _round(x: Any) -> Any:

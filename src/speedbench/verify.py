@@ -35,6 +35,13 @@ import numpy as np
 from speedbench.config import ConfigError
 from speedbench.host import format_kernel_caps
 from speedbench.metrics.bootstrap import Interval, bootstrap_ci
+from speedbench.stages import (
+    ACCEPTANCE_FILE,
+    PROVENANCE_FILE,
+    THROUGHPUT_FILE,
+    stage_levels,
+    upgrade,
+)
 
 EXACT, REPRODUCED, NOT_REPRODUCED = "exact", "reproduced", "not_reproduced"
 UNTESTABLE = "untestable"
@@ -43,8 +50,6 @@ MIN_QUESTIONS_TO_TEST = 2
 NOT_COMPARABLE = "not_comparable"
 # What a run generated, as its provenance records it under "protocol".
 PROTOCOL_KEYS = ("max_tokens", "ignore_eos", "temperature", "max_turns")
-# Keys of acceptance.json before the views were named, and the view each figure was in.
-LEGACY_KEYS = {"al_stream", "al_counters", "conditional_ar", "al_by_category"}
 
 
 @dataclass(frozen=True)
@@ -65,34 +70,6 @@ class FigureVerdict:
             f"{self.verdict.upper():>14} {self.level} {self.figure}: reference {self.reference}, "
             f"measured {self.measured}{tail}"
         )
-
-
-def upgrade(acceptance: dict[str, Any]) -> dict[str, Any]:
-    """An acceptance.json of any version in today's shape (figures grouped by view).
-
-    Files written before the views were named hold ``al_stream`` and ``al_by_category``
-    (the stream view, token-weighted), ``al_counters`` (the counters view) and one
-    ``conditional_ar`` (the counters' where there were counters, else the stream's).
-    """
-    out = {}
-    for key, entry in acceptance.items():
-        if not (set(entry) & LEGACY_KEYS):
-            out[key] = entry
-            continue
-        views: dict[str, dict[str, Any]] = {}
-        stream = {"al_token_weighted": entry.get("al_stream")}
-        if entry.get("al_by_category"):
-            stream["al_by_category"] = entry["al_by_category"]
-        counters = {"al_token_weighted": entry.get("al_counters")}
-        ar_owner = counters if entry.get("al_counters") is not None else stream
-        if entry.get("conditional_ar") is not None:
-            ar_owner["conditional_ar"] = entry["conditional_ar"]
-        for name, figures in (("stream", stream), ("counters", counters)):
-            present = {k: v for k, v in figures.items() if v is not None}
-            if present:
-                views[name] = present
-        out[key] = views
-    return out
 
 
 def exact_contract(reference: dict[str, Any], fresh: dict[str, Any]) -> tuple[bool, str]:
@@ -203,7 +180,7 @@ def verify_level(
 def _category_of(path: str) -> str:
     """The category a figure belongs to ('' for the level as a whole)."""
     parts = path.split(".")
-    return parts[2] if len(parts) >= 3 and parts[1] == "al_by_category" else ""
+    return parts[2] if len(parts) >= 3 and parts[1] == "by_category" else ""
 
 
 def _paired_verdicts(
@@ -311,8 +288,6 @@ def check_reference(reference: Path, results: Path) -> ReferenceCheck:
     Raises:
         ConfigError: The reference has no stage, or a stage is missing from ``results``.
     """
-    from speedbench.stages import ACCEPTANCE_FILE, PROVENANCE_FILE, THROUGHPUT_FILE
-
     stages = sorted(p.parent.name for p in reference.glob(f"*/{ACCEPTANCE_FILE}"))
     if not stages:
         raise ConfigError(f"no */{ACCEPTANCE_FILE} under the reference {reference}")
@@ -332,7 +307,9 @@ def check_reference(reference: Path, results: Path) -> ReferenceCheck:
             read(reference / stage / PROVENANCE_FILE),
             read(results / stage / PROVENANCE_FILE),
         )
-        a, b = read(reference / stage / THROUGHPUT_FILE), read(results / stage / THROUGHPUT_FILE)
+        a, b = (
+            stage_levels(read(folder / stage / THROUGHPUT_FILE)) for folder in (reference, results)
+        )
         for key in sorted(set(a) & set(b)):
             sa, sb = a[key].get("speedup"), b[key].get("speedup")
             if sa and sb:

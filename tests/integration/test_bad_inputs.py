@@ -8,6 +8,7 @@ temporary directory and ``<port>`` for the synthetic server's port.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections.abc import Callable
@@ -69,6 +70,17 @@ def sweep(**fields) -> str:
 def write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+# --- results files --------------------------------------------------------------------------
+
+
+@case("results-of-another-schema")
+def _(tmp, url):
+    from speedbench.results import SweepSummary
+
+    old = write(tmp / "summary.json", json.dumps({"levels": [], "status": "finished"}))
+    return message(lambda: SweepSummary.read(old))
 
 
 # --- parameters -----------------------------------------------------------------------------

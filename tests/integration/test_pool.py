@@ -236,7 +236,8 @@ def test_the_lost_host_fails_its_configuration_and_nothing_else(pool):
     for row in first.levels:
         k = int(row.config.rsplit("k", 1)[-1]) if row.config != "none" else 0
         if k:
-            assert row.al_stream == k + 1 and row.lossless.match_rate == 1.0, row
+            al = row.figure("stream", "al_token_weighted")
+            assert al == k + 1 and row.lossless.match_rate == 1.0, row
     client = pool["client"]
     experiment = client.get_experiment_by_name("pool-test").experiment_id
     children = client.search_runs(
@@ -267,8 +268,11 @@ def test_the_rerun_dispatches_only_the_lost_configuration(pool):
     assert {r.info.run_name.split()[0] for r in new} == {killed["label"]}
     assert {r.config for r in second.levels} == {"none", *(f"draft_model-k{k}" for k in KS)}
     assert all(r.speedup is not None for r in second.levels if r.config != "none")
-    assert {r.config: r.al_stream for r in second.levels if r.config != "none"} == {
-        f"draft_model-k{k}": k + 1 for k in KS
+    stream_al = {
+        r.config: r.figure("stream", "al_token_weighted")
+        for r in second.levels
+        if r.config != "none"
     }
+    assert stream_al == {f"draft_model-k{k}": k + 1 for k in KS}
     table = format_summary(second)  # what the CLI prints at the end of a sweep
     assert all(f"draft_model-k{k}" in table for k in KS) and "none" in table

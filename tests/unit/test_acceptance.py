@@ -114,21 +114,3 @@ def test_steps_from_chunks_rejects_merged_steps():
 def test_out_of_range_step_is_rejected():
     with pytest.raises(ValueError, match=r"outside 0\.\.2"):
         acceptance_from_steps([[3]], k=2)
-
-
-def test_engine_step_acceptance_leaves_out_prefill_and_failed_requests():
-    from speedbench.metrics.summary import engine_step_acceptance
-    from speedbench.records import RequestRecord
-
-    def rec(tokens, steps, error=None):
-        return RequestRecord(
-            "r", "p", output_token_ids=list(range(tokens)), engine_steps=steps, error=error
-        )
-
-    records = [rec(9, 4), rec(5, 1), rec(7, 3, error="boom"), rec(3, None), rec(6, 0)]
-    acc = engine_step_acceptance(records)
-    # (9 - 1) + (5 - 1) tokens over 4 + 1 steps; per request 2.0 and 4.0
-    assert acc["al_token_weighted"] == 12 / 5
-    assert acc["al_request_mean"] == 3.0
-    assert (acc["requests"], acc["steps"]) == (2, 5)
-    assert engine_step_acceptance([rec(3, None)]) is None

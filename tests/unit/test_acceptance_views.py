@@ -106,12 +106,34 @@ def test_the_views_reach_the_summary_row_and_category_al():
     metrics = LevelMetrics.model_validate(finite(levels))
     assert list(metrics.overall.views) == ["speed_bench", "stream", "engine", "counters"]
     row = SummaryRow.of("ngram-k3", "s", 1, metrics)
-    assert row.al_speed_bench_request_mean == pytest.approx((15 / 7 + 1 + 11 / 3 + 11 / 4) / 4)
-    assert row.al_speed_bench_by_category == pytest.approx(
-        {"a": (15 / 7 + 1) / 2, "b": (11 / 3 + 11 / 4) / 2}
+    assert row.average_al == pytest.approx((15 / 7 + 1 + 11 / 3 + 11 / 4) / 4)
+    assert row.category_al == pytest.approx({"a": (15 / 7 + 1) / 2, "b": (11 / 3 + 11 / 4) / 2})
+    sb = row.views["speed_bench"]
+    assert sb.by_category["a"].count == 2 and sb.count == 4
+    assert {q: v.category for q, v in sb.questions.items()} == {
+        q: c for q, (c, _) in sb_questions().items()
+    }
+    assert {q: v.al for q, v in sb.questions.items()} == pytest.approx(
+        {q: al for q, (_, al) in sb_questions().items()}
     )
-    assert row.al_engine == pytest.approx(3.4) and row.al_counters == pytest.approx(3.4)
+    assert row.figure("engine", "al_token_weighted") == pytest.approx(3.4)
+    assert row.figure("counters", "al_token_weighted") == pytest.approx(3.4)
+    assert row.figure("counters", "al_request_mean") is None  # counters have no units
+    assert "server" not in row.views
     assert set(all_views(RECORDS, None, K)) == {"speed_bench", "stream", "engine"}
+
+
+def sb_questions() -> dict[str, tuple[str, float]]:
+    """Each question's own AL under the speed_bench view, by hand (its steps in RECORDS)."""
+    return {"q1": ("a", 15 / 7), "q2": ("a", 1.0), "q4": ("b", 11 / 3), "q5": ("b", 11 / 4)}
+
+
+def test_the_engine_s_own_running_al_is_the_server_view():
+    levels = summarize_level(RECORDS, None, K, server_al=2.75)
+    row = SummaryRow.of("ngram-k3", "s", 1, LevelMetrics.model_validate(finite(levels)))
+    server = row.views["server"]
+    assert server.al_token_weighted == 2.75 and server.al_request_mean is None
+    assert server.conditional_ar is None and server.by_category == {}
 
 
 def test_lossless_check_finds_the_first_divergent_token():

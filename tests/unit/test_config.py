@@ -2,6 +2,7 @@ import json
 
 import pytest
 from pydantic import ValidationError
+from tests.summaries import views
 
 from speedbench.config import (
     SPEC_METHODS,
@@ -210,14 +211,14 @@ def test_summary_table_lists_per_category_al_with_whole_names():
             _row(
                 "draft_model-k3",
                 output_throughput_tok_s=3.3,
-                al_stream=2.9,
-                al_speed_bench_request_mean=2.8,
-                al_speed_bench_by_category={"coding": 3.25, "summarization": 3.75},
+                views=views(
+                    average=2.8, stream=2.9, category_al={"coding": 3.25, "summarization": 3.75}
+                ),
             ),
         ]
     )
     lines = format_summary(summary).splitlines()
-    assert lines[0].split()[:4] == ["config", "load", "tok/s", "AL"]  # "AL speed_bench"
+    assert lines[0].split()[:5] == ["config", "load", "tok/s", "Average_AL", "AL"]
     expected = ["draft_model-k3", "bs1", "3.300", "2.800", "2.900", "-", "-", "1.100", "0.000"]
     assert lines[2].split() == expected
     assert lines[-2].split() == ["config", "load", "coding", "summarization"]  # never cut
@@ -299,9 +300,13 @@ def test_break_even_model_exact_values():
 
     rows = [
         _row("none", output_throughput_tok_s=4.0, tpot_p50_s=0.3),
-        _row("ngram-k3", method="ngram", k=3, output_throughput_tok_s=6.0, al_stream=2.0),
+        _row("ngram-k3", method="ngram", k=3, output_throughput_tok_s=6.0, views=views(stream=2.0)),
         _row(
-            "draft_model-k3", method="draft_model", k=3, output_throughput_tok_s=3.6, al_stream=3.0
+            "draft_model-k3",
+            method="draft_model",
+            k=3,
+            output_throughput_tok_s=3.6,
+            views=views(stream=3.0),
         ),
         _row(
             "draft_model-k3", method="draft_model", k=3, batch_size=4, output_throughput_tok_s=9.0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from tests.summaries import views
+
 from speedbench.records import RequestRecord
 from speedbench.report.cross_engine import agreement_table, category_table, overall_table, render
 from speedbench.results import SummaryRow, SweepSummary
@@ -33,8 +35,7 @@ SUMMARIES = {
                 2.7,
                 drafting_shape="chain of 3",
                 speedup=0.9,
-                al_speed_bench_request_mean=2.5,
-                al_speed_bench_by_category={"coding": 3.0, "math": 2.0},
+                views=views(average=2.5, category_al={"coding": 3.0, "math": 2.0}),
             ),
         ]
     ),
@@ -44,8 +45,7 @@ SUMMARIES = {
                 "draft_model-k3",
                 12.0,
                 speedup=0.6,
-                al_speed_bench_request_mean=2.25,
-                al_speed_bench_by_category={"coding": 2.5},
+                views=views(average=2.25, category_al={"coding": 2.5}),
             ),
             row("none", 20.0),
         ]

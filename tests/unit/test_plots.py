@@ -11,8 +11,15 @@ LEVELS = {
             "batch_size": 1,
             "output_throughput_tok_s": 3.3,
             "per_user_tok_s": 3.5,
-            "conditional_ar_counters": [0.8, 0.7, 0.6],
-            "al_by_category": {"coding": 3.1, "writing": 2.2},
+            "views": {
+                "counters": {"conditional_ar": [0.8, 0.7, 0.6]},
+                "speed_bench": {
+                    "by_category": {
+                        "coding": {"al_request_mean": 3.1},
+                        "writing": {"al_request_mean": 2.2},
+                    }
+                },
+            },
             "speedup": 1.1,
         },
     ]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from tests.summaries import views
 from tests.unit.test_sweep_runner import FakeEngine
 
 from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import ConfigError, EngineConfig, SpecConfig, SweepConfig, load_config
 from speedbench.plan import config_identity, engine_config, first_per_category
 from speedbench.report.text import category_table
-from speedbench.results import Interval, SummaryRow, SweepSummary
+from speedbench.results import SummaryRow, SweepSummary
 from speedbench.sweep import run_grid
 
 # Three categories, three questions each, interleaved as select_prompts orders them.
@@ -130,10 +131,12 @@ def row(load_bs, questions, cats=None, ci=None):
         error_rate=0.0,
         ttft_p50_s=0.1,
         tpot_p50_s=0.1,
-        al_speed_bench_request_mean=2.5,
-        al_speed_bench_by_category=cats or {},
-        al_speed_bench_by_category_ci=ci or {},
-        category_of_question=questions,
+        views=views(
+            average=2.5,
+            category_al=cats,
+            category_ci=ci,
+            questions={q: (c, 2.5) for q, c in questions.items()},
+        ),
     )
 
 
@@ -143,7 +146,7 @@ def test_the_category_table_shows_n_and_the_interval_where_there_is_one():
         16,
         {f"a{i}": "a" for i in range(5)},
         {"a": 2.5},
-        {"a": Interval(value=2.5, low=2.125, high=2.875)},
+        {"a": (2.125, 2.875)},
     )
     lines = category_table(SweepSummary(levels=[single, five]))
     assert lines[0] == (
@@ -156,4 +159,4 @@ def test_the_category_table_shows_n_and_the_interval_where_there_is_one():
 def test_uneven_categories_show_the_range_of_questions():
     uneven = row(1, {"a0": "a", "a1": "a", "a2": "a", "b0": "b"})
     assert uneven.questions_per_category == "n=1-3"
-    assert uneven.model_copy(update={"category_of_question": {}}).questions_per_category == ""
+    assert uneven.model_copy(update={"views": {}}).questions_per_category == ""

@@ -44,15 +44,26 @@ SUMMARY_JSON = {
             "per_user_tok_s": 6.1,
             "error_rate": 0.0,
             "speedup": 1.2,
-            "al_stream": 2.123456789,
-            "al_counters": 2.1,
-            "conditional_ar": [0.7, 0.5],
-            "conditional_ar_counters": [0.71, 0.52],
-            "al_by_category": {"coding": 2.5, "qa": 1.5},
-            "al_speed_bench_request_mean": 1.9,
-            "al_speed_bench": 1.95,
-            "conditional_ar_speed_bench": [0.6, 0.5],
-            "al_speed_bench_by_category": {"coding": 2.25, "qa": 1.4},
+            "views": {
+                "speed_bench": {
+                    "al_request_mean": 1.9,
+                    "al_token_weighted": 1.95,
+                    "conditional_ar": [0.6, 0.5],
+                    "by_category": {
+                        "coding": {"al_request_mean": 2.25},
+                        "qa": {"al_request_mean": 1.4},
+                    },
+                },
+                "stream": {
+                    "al_token_weighted": 2.123456789,
+                    "conditional_ar": [0.7, 0.5],
+                    "by_category": {
+                        "coding": {"al_token_weighted": 2.5},
+                        "qa": {"al_token_weighted": 1.5},
+                    },
+                },
+                "counters": {"al_token_weighted": 2.1, "conditional_ar": [0.71, 0.52]},
+            },
             "ttft_p50_s": 0.2,
             "tpot_p50_s": 0.16,
         },
@@ -96,12 +107,18 @@ def test_acceptance_and_throughput_metrics():
                 "al_request_mean": 1.9,
                 "al_token_weighted": 1.95,
                 "conditional_ar": [0.6, 0.5],
-                "al_by_category": {"coding": 2.25, "qa": 1.4},
+                "by_category": {
+                    "coding": {"al_request_mean": 2.25},
+                    "qa": {"al_request_mean": 1.4},
+                },
             },
             "stream": {
                 "al_token_weighted": 2.123457,
                 "conditional_ar": [0.7, 0.5],
-                "al_by_category": {"coding": 2.5, "qa": 1.5},
+                "by_category": {
+                    "coding": {"al_token_weighted": 2.5},
+                    "qa": {"al_token_weighted": 1.5},
+                },
             },
             "counters": {"al_token_weighted": 2.1, "conditional_ar": [0.71, 0.52]},
         }
@@ -115,7 +132,11 @@ def test_stage_metrics_files_and_report(tmp_path):
     paths = write_stage_metrics(SUMMARY, tmp_path / "metrics" / "qualitative")
     names = ["acceptance.json", "throughput.json", "conditional_ar.csv", "provenance.json"]
     assert [p.name for p in paths] == [*names, "oracle.json"]
-    assert paths[4].read_text() == "{}\n"  # no oracle in this sweep: the declared metric, empty
+    # Every stage file carries the results schema; no oracle in this sweep: its levels are empty.
+    assert json.loads(paths[4].read_text()) == {"levels": {}, "schema_version": 2}
+    assert json.loads(paths[0].read_text())["schema_version"] == 2
+    assert json.loads(paths[1].read_text())["levels"]["ngram-k2/qualitative/bs1"]["speedup"] == 1.2
+    assert json.loads(paths[3].read_text()) == {"schema_version": 2}
     assert paths[2].read_text().splitlines() == [
         "config,view,position,conditional_ar",
         "ngram-k2/qualitative/bs1,speed_bench,1,0.6",
@@ -126,7 +147,7 @@ def test_stage_metrics_files_and_report(tmp_path):
         "ngram-k2/qualitative/bs1,counters,2,0.52",
     ]
     (tmp_path / "qualitative").mkdir()
-    (tmp_path / "qualitative" / "summary.json").write_text(json.dumps(SUMMARY_JSON))
+    (tmp_path / "qualitative" / "summary.json").write_text(SUMMARY.model_dump_json())
     text = render(tmp_path, "mlflow/mlflow.db")
     assert "| category (speed_bench view: Category_AL) | ngram-k2 bs1 |" in text
     assert "| coding | 2.25 |" in text and "| **all** (Average_AL) | **1.90** |" in text

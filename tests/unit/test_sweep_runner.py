@@ -36,18 +36,21 @@ def _metrics(throughput: float, al: float | None, failed: str | None = None) -> 
         "per_user_tok_s": throughput,
         **{k: dist for k in ("ttft_s", "tpot_s", "itl_s", "e2e_s")},
     }
-    acc = None
+    views = {}
     if al is not None:
-        acc = {
+        views["stream"] = {
+            "view": "stream",
             "k": 3,
+            "units": "requests",
+            "count": 1,
             "num_steps": 4,
+            "num_tokens": round(4 * al),
             "conditional_ar": [0.5, 0.5, 0.5],
             "joint_ar": [0.5, 0.25, 0.125],
             "al_token_weighted": al,
             "al_request_mean": al,
-            "histogram": [1, 1, 1, 1],
         }
-    overall = {"load": load, "acceptance_stream": acc}
+    overall = {"load": load, "views": views}
     return LevelMetrics.model_validate({"overall": overall, "per_category": {}, "failed": failed})
 
 

@@ -35,18 +35,6 @@ def test_flatten_nested_mappings():
     }
 
 
-def _acc(al, cond, joint):
-    return {
-        "k": len(cond),
-        "num_steps": 10,
-        "histogram": [],
-        "al_token_weighted": al,
-        "al_request_mean": al,
-        "conditional_ar": cond,
-        "joint_ar": joint,
-    }
-
-
 def _load():
     dist = {"p50": 1.0, "p90": 2.0, "p99": 3.0, "mean": 1.5, "count": 4}
     return {
@@ -61,16 +49,18 @@ def _load():
     }
 
 
-def _view(name, token_weighted, request_mean):
+def _view(name, token_weighted, request_mean, cond=(0.8, 0.6), joint=(0.8, 0.48)):
     return {
         "view": name,
         "k": 2,
-        "units": "questions" if name == "speed_bench" else "requests",
+        "units": {"speed_bench": "questions", "counters": "none", "server": "none"}.get(
+            name, "requests"
+        ),
         "count": 2,
         "num_steps": 10,
         "num_tokens": 25,
-        "conditional_ar": [0.8, 0.6],
-        "joint_ar": [0.8, 0.48],
+        "conditional_ar": list(cond),
+        "joint_ar": list(joint),
         "al_token_weighted": token_weighted,
         "al_request_mean": request_mean,
     }
@@ -98,19 +88,17 @@ def _metrics(**overall):
 
 def test_tracking_scalars_and_series():
     metrics = _metrics(
-        acceptance_stream=_acc(2.5, [0.8, 0.6], [0.8, 0.48]),
-        acceptance_counters=_acc(2.4, [0.7, 0.5], [0.7, 0.35]),
-        acceptance_engine_steps={
-            "al_token_weighted": 2.2,
-            "al_request_mean": 2.1,
-            "al_token_weighted_ci": {"value": 2.2, "low": 2.0, "high": 2.4},
-            "requests": 4,
-            "steps": 40,
-        },
+        views={
+            "stream": _view("stream", 2.5, 2.6),
+            "counters": _view("counters", 2.4, None, (0.7, 0.5), (0.7, 0.35)),
+            "server": _view("server", 2.2, None, (None, None), (None, None)),
+        }
     )
     scalars, series = tracking_scalars(metrics)
-    assert scalars["al_stream"] == 2.5 and scalars["al_counters"] == 2.4
-    assert scalars["al_engine_steps"] == 2.2
+    assert scalars["al_stream"] == 2.5 and scalars["al_stream_request_mean"] == 2.6
+    assert scalars["al_counters"] == 2.4 and "al_counters_request_mean" not in scalars
+    # The engine's own running AL (SGLang) is the server view: one figure, no series.
+    assert scalars["al_server"] == 2.2
     # Every view of a category is named: SPEED-Bench's Category_AL is its speed_bench request
     # mean, never the stream view's token-weighted AL.
     assert scalars["by_category/coding/al_speed_bench_request_mean"] == 2.9
@@ -136,6 +124,24 @@ def test_a_renamed_figure_fails_where_it_is_read():
     bad = {"overall": {"load": _load(), "al_stream": 2.0}, "per_category": {}}
     with pytest.raises(ValidationError, match="al_stream"):
         LevelMetrics.model_validate(bad)
+    # The per-view fields of schema 1 are gone: a file that has them is refused, not misread.
+    old = {"overall": {"load": _load(), "acceptance_stream": {}}, "per_category": {}}
+    with pytest.raises(ValidationError, match="acceptance_stream"):
+        LevelMetrics.model_validate(old)
+
+
+def test_a_results_file_of_another_schema_is_refused_in_one_line_and_re_measured(tmp_path):
+    from speedbench.level import load_level
+    from speedbench.results import StaleResults
+
+    path = tmp_path / "metrics.json"
+    path.write_text('{"overall": {}, "per_category": {}}')  # schema 1: no schema_version
+    with pytest.raises(StaleResults, match=r"metrics.json: results schema 1, this speedbench"):
+        LevelMetrics.read(path)
+    assert load_level(tmp_path, "ngram-k3", "qualitative", 1) is None  # measured again
+    current = _metrics()
+    path.write_text(current.model_dump_json())
+    assert LevelMetrics.read(path) == current and current.schema_version == 2
 
 
 def test_config_hash_is_stable_and_order_free():

@@ -20,7 +20,7 @@ def level(als: dict[str, float], category_al: dict[str, float] | None = None) ->
     return {
         "speed_bench": {
             "al_request_mean": round(mean, 6),
-            "al_by_category": category_al or {},
+            "by_category": {c: {"al_request_mean": al} for c, al in (category_al or {}).items()},
             "questions": questions,
         },
         "counters": {"al_token_weighted": round(mean + 0.1, 6)},
@@ -105,6 +105,36 @@ def test_a_reference_without_questions_cannot_vouch_for_a_difference():
     assert "no per-question data in the reference" in stream.detail
 
 
+def test_a_schema_1_reference_is_read_in_todays_shape_with_every_number_kept():
+    # Schema 1: levels at the top, one al_by_category per view whose weighting the view implied.
+    schema_1 = {
+        "ngram-k3/q/bs4": {
+            "speed_bench": {"al_request_mean": 2.5, "al_by_category": {"a": 2.25, "b": 2.75}},
+            "stream": {"al_token_weighted": 2.4, "al_by_category": {"a": 2.1}},
+        }
+    }
+    today = {
+        "ngram-k3/q/bs4": {
+            "speed_bench": {
+                "al_request_mean": 2.5,
+                "by_category": {"a": {"al_request_mean": 2.25}, "b": {"al_request_mean": 2.75}},
+            },
+            "stream": {"al_token_weighted": 2.4, "by_category": {"a": {"al_token_weighted": 2.1}}},
+        }
+    }
+    assert upgrade(schema_1) == today
+    assert upgrade({"schema_version": 2, "levels": today}) == today
+    verdicts = verify(schema_1, {"schema_version": 2, "levels": today}, FP32_AVX2, FP32_AVX2)
+    assert [v.figure for v in verdicts] == [
+        "speed_bench.al_request_mean",
+        "speed_bench.by_category.a.al_request_mean",
+        "speed_bench.by_category.b.al_request_mean",
+        "stream.al_token_weighted",
+        "stream.by_category.a.al_token_weighted",
+    ]
+    assert overall(verdicts) == "exact"
+
+
 EOS_64 = {"max_tokens": 64, "ignore_eos": False, "temperature": 0.0, "max_turns": 1}
 
 
@@ -161,18 +191,18 @@ def test_a_category_of_one_question_is_judged_by_its_level():
     new = level(flipped, {"c": 2.7, "d": 2.4, "a": 2.2})
     verdicts = verify({key: ref}, {key: new}, BF16_AMX, BF16_AVX512)
     by_figure = {v.figure: v for v in verdicts}
-    c = by_figure["speed_bench.al_by_category.c"]
+    c = by_figure["speed_bench.by_category.c.al_request_mean"]
     assert c.verdict == "reproduced"
     assert "paired over 16 questions" in c.detail
     assert "c alone has too few questions to test" in c.detail
-    assert by_figure["speed_bench.al_by_category.a"].verdict == "exact"
+    assert by_figure["speed_bench.by_category.a.al_request_mean"].verdict == "exact"
     assert overall(verdicts) == "reproduced"
 
     # The same single-question categories fail with their level when the level moved.
     shifted = {q: al + 0.4 for q, al in ONE_EACH.items()}
     moved = level(shifted, {"c": 2.9, "d": 2.9, "a": 2.6})
     verdicts = verify({key: ref}, {key: moved}, BF16_AMX, BF16_AVX512)
-    c = next(v for v in verdicts if v.figure == "speed_bench.al_by_category.c")
+    c = next(v for v in verdicts if v.figure == "speed_bench.by_category.c.al_request_mean")
     assert c.verdict == "not_reproduced" and "mean difference +0.4000" in c.detail
 
 
@@ -183,7 +213,7 @@ def test_a_category_of_two_or_more_questions_is_tested_on_its_own():
     verdicts = verify(
         {key: level(ONE_EACH, {"a": 2.2})}, {key: level(moved, {"a": 2.5})}, BF16_AMX, BF16_AVX512
     )
-    a = next(v for v in verdicts if v.figure == "speed_bench.al_by_category.a")
+    a = next(v for v in verdicts if v.figure == "speed_bench.by_category.a.al_request_mean")
     assert a.verdict == "not_reproduced" and "paired over 5 questions" in a.detail
 
 

@@ -33,6 +33,8 @@ Every acceptance number speedbench publishes names the view it comes from
   ``spec_accept_length`` rule (prefill token in, no per-position rates).
 * ``counters``: the engine's Prometheus counters over the level (vLLM's ``spec_decode_*``),
   drafted steps only: AL = 1 + accepted / drafts; token-weighted by nature, no request mean.
+* ``server``: the engine's own running AL as it states it (SGLang's
+  ``avg_spec_accept_length``), one figure read after the level.
 
 All views report conditional and joint AR per draft position 1..k and AL both as a request (or
 question) mean and token-weighted, with bootstrap intervals where per-request data exists.
@@ -50,7 +52,7 @@ from speedbench.metrics.acceptance import SpecCounters, acceptance_from_counters
 from speedbench.metrics.bootstrap import Interval, mean_ci, ratio_ci
 from speedbench.records import RequestRecord
 
-VIEWS = ("speed_bench", "stream", "engine", "counters")
+VIEWS = ("speed_bench", "stream", "engine", "counters", "server")
 NAN = float("nan")
 
 
@@ -296,6 +298,30 @@ def counters_view(counters: SpecCounters | None, k: int) -> ViewFigures | None:
         conditional_ar=acc.conditional_ar,
         joint_ar=acc.joint_ar,
         al_token_weighted=acc.al_token_weighted,
+        al_request_mean=NAN,
+        al_request_mean_ci=None,
+        al_token_weighted_ci=None,
+        left_out={},
+        per_unit={},
+    )
+
+
+def server_view(al: float, k: int) -> ViewFigures:
+    """The engine's own running AL as it states it (SGLang's ``avg_spec_accept_length``).
+
+    One figure, read after the level: SGLang recomputes it per log window, so it is not
+    necessarily this level's alone; nothing per request or per position.
+    """
+    return ViewFigures(
+        view="server",
+        k=k,
+        units="none",
+        count=0,
+        num_steps=0,
+        num_tokens=0,
+        conditional_ar=[NAN] * k,
+        joint_ar=[NAN] * k,
+        al_token_weighted=al,
         al_request_mean=NAN,
         al_request_mean_ci=None,
         al_token_weighted_ci=None,

@@ -26,7 +26,7 @@ from pydantic import Field
 from speedbench.metrics.views import speed_bench_view, stream_view
 from speedbench.oracle.steps import PredictedStream, draft_model_stream, ngram_streams
 from speedbench.records import WITHHELD_TOKEN, RequestRecord, measured
-from speedbench.results import Figure, Result, ViewFigures, finite
+from speedbench.results import SCHEMA_VERSION, Figure, Result, ViewFigures, finite
 
 OracleDrafter = Literal["draft_model", "ngram"]
 ORACLE_DRAFTERS: tuple[str, ...] = ("draft_model", "ngram")
@@ -121,6 +121,8 @@ class OracleLevel(Result):
     by_k: list[OracleK]
     # Batch size -> the k of the highest expected speedup there.
     best_k: dict[int, int] = Field(default_factory=dict)
+    # Its shape has not changed since schema 1, whose files therefore read as they are.
+    schema_version: int = SCHEMA_VERSION
 
     @property
     def label(self) -> str:

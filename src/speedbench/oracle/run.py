@@ -207,7 +207,7 @@ def oracle_scalars(levels: Sequence[OracleLevel]) -> dict[str, float]:
         for f in level.by_k:
             sb, stream = f.views.get("speed_bench"), f.views.get("stream")
             if sb is not None and sb.al_request_mean is not None:
-                out[f"{prefix}.k{f.k}.al_speed_bench"] = sb.al_request_mean
+                out[f"{prefix}.k{f.k}.al_speed_bench_request_mean"] = sb.al_request_mean
             if stream is not None and stream.al_token_weighted is not None:
                 out[f"{prefix}.k{f.k}.al_stream"] = stream.al_token_weighted
             for even in f.break_even:

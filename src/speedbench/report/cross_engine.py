@@ -32,10 +32,10 @@ def _rows(summary: SweepSummary) -> list[SummaryRow]:
 def _category_columns(summaries: Mapping[str, SweepSummary]) -> list[tuple[str, dict]]:
     """(column name, Category_AL by category) of every engine's SD levels."""
     return [
-        (f"{engine} {r.config} {r.load}", r.al_speed_bench_by_category)
+        (f"{engine} {r.config} {r.load}", r.category_al)
         for engine, summary in summaries.items()
         for r in _rows(summary)
-        if r.is_speculative and r.al_speed_bench_by_category
+        if r.is_speculative and r.category_al
     ]
 
 
@@ -57,8 +57,9 @@ def overall_table(summaries: Mapping[str, SweepSummary]) -> list[str]:
             )
             lines.append(
                 f"| {engine} | {r.config} | {r.drafting_shape or '-'} | {r.load} "
-                f"| {_fmt(r.al_speed_bench_request_mean)} "
-                f"| {_fmt(r.al_stream)} | {_fmt(r.al_engine)} | {_fmt(r.al_counters)} "
+                f"| {_fmt(r.average_al)} | {_fmt(r.figure('stream', 'al_token_weighted'))} "
+                f"| {_fmt(r.figure('engine', 'al_token_weighted'))} "
+                f"| {_fmt(r.figure('counters', 'al_token_weighted'))} "
                 f"| {_fmt(r.output_throughput_tok_s, '.1f')} | {_fmt(r.speedup)} | {lossless} |"
             )
     return lines

@@ -24,7 +24,7 @@ import markdown
 from speedbench.oracle.predict import OracleLevel
 from speedbench.oracle.run import read_oracle
 from speedbench.report.text import host_line, load_summaries, lossless_verdict, render
-from speedbench.results import SweepSummary
+from speedbench.results import CategoryAL, Figure, SweepSummary
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
@@ -99,27 +99,27 @@ def _interval(ci: object, n: int | None) -> str:
 
 def measured_heatmaps(summary: SweepSummary) -> str:
     """AL per category of every SD level: SPEED-Bench's view and the stream's, switchable."""
-    rows = [r for r in summary.levels if r.is_speculative and r.al_speed_bench_by_category]
+    rows = [r for r in summary.levels if r.is_speculative and r.category_al]
     if not rows:
         return ""
     columns = [f"{r.config} {r.load}" for r in rows]
-    cats = sorted({c for r in rows for c in r.al_speed_bench_by_category})
-    counts = [
-        {c: sum(1 for q in r.category_of_question.values() if q == c) for c in cats} for r in rows
-    ]
-    speed_bench = {
-        c: [
-            (
-                r.al_speed_bench_by_category.get(c),
-                _interval(r.al_speed_bench_by_category_ci.get(c), n.get(c)),
-            )
-            for r, n in zip(rows, counts, strict=True)
-        ]
-        for c in cats
-    }
-    speed_bench["all (Average_AL)"] = [(r.al_speed_bench_request_mean, "") for r in rows]
-    stream = {c: [(r.al_by_category.get(c), "token-weighted") for r in rows] for c in cats}
-    stream["all (token-weighted)"] = [(r.al_stream, "") for r in rows]
+    cats = sorted({c for r in rows for c in r.category_al})
+    empty = CategoryAL()
+
+    def cells(view: str, c: str) -> list[tuple[Figure, str]]:
+        out = []
+        for r in rows:
+            f = r.views[view].by_category.get(c, empty) if view in r.views else empty
+            if view == "speed_bench":
+                out.append((f.al_request_mean, _interval(f.al_request_mean_ci, f.count)))
+            else:
+                out.append((f.al_token_weighted, "token-weighted"))
+        return out
+
+    speed_bench = {c: cells("speed_bench", c) for c in cats}
+    speed_bench["all (Average_AL)"] = [(r.average_al, "") for r in rows]
+    stream = {c: cells("stream", c) for c in cats}
+    stream["all (token-weighted)"] = [(r.figure("stream", "al_token_weighted"), "") for r in rows]
     tables = {
         "speed_bench": heatmap("speed_bench view: Category_AL", columns, speed_bench),
         "stream": heatmap("stream view: tokens per target step", columns, stream),

@@ -45,21 +45,24 @@ def _curves(
 
 
 def plot_conditional_ar(summary: SweepSummary, path: str | Path) -> Path | None:
-    """Conditional AR per draft position, one line per SD config and batch size (counters)."""
-    rows = [r for r in summary.levels if r.conditional_ar_counters]
-    if not rows:
+    """Conditional AR per draft position, one line per SD config and batch size (counters view).
+
+    The counters view (the engine's Prometheus counters, drafted steps only) is the one every
+    engine with per-position counters has; the report's AR table has the speed_bench view's.
+    """
+    series = [(r, ar) for r in summary.levels if (ar := r.figure("counters", "conditional_ar"))]
+    if not series:
         return None
     many = summary.many_splits
     fig, ax = plt.subplots(figsize=(6, 4))
-    for r in rows:
-        ar = r.conditional_ar_counters
+    for r, ar in series:
         name = f"{_name(r, many)} {r.load}"
         ax.plot(range(1, len(ar) + 1), ar, marker="o", label=name)
     ax.set_xlabel("draft position j")
     ax.set_ylabel("conditional AR_j")
     ax.set_ylim(0, 1.05)
-    ax.set_xticks(range(1, max(len(r.conditional_ar_counters) for r in rows) + 1))
-    ax.set_title("Conditional acceptance rate by position")
+    ax.set_xticks(range(1, max(len(ar) for _, ar in series) + 1))
+    ax.set_title("Conditional acceptance rate by position (counters view)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _save(fig, path)
@@ -88,14 +91,12 @@ def plot_pareto(summary: SweepSummary, path: str | Path) -> Path | None:
 def plot_al_heatmap(summary: SweepSummary, path: str | Path) -> Path | None:
     """Acceptance length per category (columns) for every SD configuration level (rows).
 
-    Cells are SPEED-Bench's Category_AL (the ``speed_bench`` view); levels measured before that
-    view existed fall back to the stream view, and the title says which it is.
+    Cells are SPEED-Bench's Category_AL (the ``speed_bench`` view, mean over questions).
     """
-    rows = [r for r in summary.levels if r.al_speed_bench_by_category or r.al_by_category]
+    rows = [r for r in summary.levels if r.category_al]
     if not rows:
         return None
-    legacy = not all(r.al_speed_bench_by_category for r in rows)
-    by_cat = [r.al_by_category if legacy else r.al_speed_bench_by_category for r in rows]
+    by_cat = [r.category_al for r in rows]
     many = summary.many_splits
     cats = sorted({c for cells in by_cat for c in cells})
     names = [
@@ -112,8 +113,7 @@ def plot_al_heatmap(summary: SweepSummary, path: str | Path) -> Path | None:
             if v == v:  # not NaN
                 ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w", fontsize=8)
     fig.colorbar(im, ax=ax, label="acceptance length")
-    view = "stream view, token-weighted" if legacy else "speed_bench view: Category_AL"
-    ax.set_title(f"Acceptance length by category ({view})")
+    ax.set_title("Acceptance length by category (speed_bench view: Category_AL)")
     return _save(fig, path)
 
 

@@ -45,80 +45,87 @@ def category_table(summary: SweepSummary) -> list[str]:
     cell carries its 95 % bootstrap interval over them.
 
     Cells are SPEED-Bench's Category_AL (mean over questions of each question's AL, every
-    streamed step counted, the prefill one included); the last row is its Average_AL. Levels
-    measured before that view existed fall back to the stream view, and the header says so.
+    streamed step counted, the prefill one included); the last row is its Average_AL.
     """
-    rows = [r for r in summary.levels if r.al_speed_bench_by_category or r.al_by_category]
+    rows = [r for r in summary.levels if r.category_al]
     if not rows:
         return []
-    legacy = not all(r.al_speed_bench_by_category for r in rows)
-    by_cat = [r.al_by_category if legacy else r.al_speed_bench_by_category for r in rows]
-    overall = [r.al_stream if legacy else r.al_speed_bench_request_mean for r in rows]
-    cats = sorted({c for cells in by_cat for c in cells})
+    cats = sorted({c for r in rows for c in r.category_al})
     heads = [
         f"{r.config} {r.load}" + (f" ({n})" if (n := r.questions_per_category) else "")
         for r in rows
     ]
-    view = "stream view, token-weighted" if legacy else "speed_bench view: Category_AL"
-    lines = [f"| category ({view}) | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
+    lines = [
+        "| category (speed_bench view: Category_AL) | " + " | ".join(heads) + " |",
+        "|---|" + "---|" * len(heads),
+    ]
     for c in cats:
-        cells = [
-            _with_ci(r, cells.get(c), c, legacy) for r, cells in zip(rows, by_cat, strict=True)
-        ]
-        lines.append(f"| {c} | " + " | ".join(cells) + " |")
-    name = "**all** (token-weighted)" if legacy else "**all** (Average_AL)"
-    lines.append(f"| {name} | " + " | ".join(f"**{_fmt(v)}**" for v in overall) + " |")
+        lines.append(f"| {c} | " + " | ".join(_with_ci(r, c) for r in rows) + " |")
+    average = " | ".join(f"**{_fmt(r.average_al)}**" for r in rows)
+    lines.append(f"| **all** (Average_AL) | {average} |")
     return lines
 
 
-def _with_ci(row: SummaryRow, value: Any, category: str, legacy: bool) -> str:
+def _with_ci(row: SummaryRow, category: str) -> str:
     """A Category_AL cell, with its 95 % bootstrap interval over questions where it has one."""
-    ci = None if legacy else row.al_speed_bench_by_category_ci.get(category)
+    figures = row.views["speed_bench"].by_category.get(category)
+    if figures is None:
+        return "-"
+    ci = figures.al_request_mean_ci
     if ci is None or ci.low is None or ci.high is None:
-        return _fmt(value)
-    return f"{_fmt(value)} [{_fmt(ci.low)}, {_fmt(ci.high)}]"
+        return _fmt(figures.al_request_mean)
+    return f"{_fmt(figures.al_request_mean)} [{_fmt(ci.low)}, {_fmt(ci.high)}]"
 
 
+# (view, figure, column title): every overall AL the report shows, each under its view's name.
 VIEW_COLUMNS = (
-    ("al_speed_bench_request_mean", "speed_bench Average_AL"),
-    ("al_speed_bench", "speed_bench pooled"),
-    ("al_stream", "stream"),
-    ("al_engine", "engine"),
-    ("al_counters", "counters"),
+    ("speed_bench", "al_request_mean", "speed_bench Average_AL"),
+    ("speed_bench", "al_token_weighted", "speed_bench pooled"),
+    ("stream", "al_token_weighted", "stream"),
+    ("engine", "al_token_weighted", "engine"),
+    ("counters", "al_token_weighted", "counters"),
+    ("server", "al_token_weighted", "server"),
 )
 
 
 def views_table(summary: SweepSummary) -> list[str]:
-    """Markdown table: overall AL of every SD level in every acceptance view, side by side."""
+    """Markdown table: overall AL of every SD level in every acceptance view, side by side.
+
+    The ``server`` view (the engine's own running AL, SGLang's) has a column only where a
+    level has it; the others always do, "-" saying the engine did not report it.
+    """
     rows = [r for r in summary.levels if r.is_speculative]
     if not rows:
         return []
-    heads = " | ".join(title for _, title in VIEW_COLUMNS)
-    lines = [f"| config | split | load | {heads} |", "|---|---|---|" + "---|" * len(VIEW_COLUMNS)]
+    has_server = any("server" in r.views for r in rows)
+    columns = [c for c in VIEW_COLUMNS if c[0] != "server" or has_server]
+    heads = " | ".join(title for _, _, title in columns)
+    lines = [f"| config | split | load | {heads} |", "|---|---|---|" + "---|" * len(columns)]
     for r in rows:
-        cells = " | ".join(_fmt(getattr(r, key)) for key, _ in VIEW_COLUMNS)
+        cells = " | ".join(_fmt(r.figure(view, name)) for view, name, _ in columns)
         lines.append(f"| {r.config} | {r.split} | {r.load} | {cells} |")
     return lines
 
 
+AR_VIEWS = ("speed_bench", "counters")
+
+
 def ar_table(summary: SweepSummary) -> list[str]:
     """Markdown table: conditional AR per draft position, SPEED-Bench's view and the counters'."""
-    rows = [r for r in summary.levels if r.conditional_ar_speed_bench or r.conditional_ar_counters]
+    rows = [r for r in summary.levels if any(r.figure(v, "conditional_ar") for v in AR_VIEWS)]
     if not rows:
         return []
-    k = max(len(r.conditional_ar_speed_bench or r.conditional_ar_counters or []) for r in rows)
+    k = max(len(r.figure(v, "conditional_ar") or []) for r in rows for v in AR_VIEWS)
     lines = [
         "| config | load | view | AL | " + " | ".join(f"AR_{j}" for j in range(1, k + 1)) + " |",
         "|---|---|---|---|" + "---|" * k,
     ]
     for r in rows:
-        for view, ars, al in (
-            ("speed_bench", r.conditional_ar_speed_bench, r.al_speed_bench),
-            ("counters", r.conditional_ar_counters, r.al_counters),
-        ):
-            if ars:
+        for view in AR_VIEWS:
+            if ars := r.figure(view, "conditional_ar"):
                 cells = " | ".join(_fmt(a, ".3f") for a in ars)
-                lines.append(f"| {r.config} | {r.load} | {view} | {_fmt(al)} | {cells} |")
+                al = _fmt(r.figure(view, "al_token_weighted"))
+                lines.append(f"| {r.config} | {r.load} | {view} | {al} | {cells} |")
     return lines
 
 
@@ -347,7 +354,8 @@ def overestimate(summary: SweepSummary) -> list[str]:
             ratio = rnd.output_throughput_tok_s / row.output_throughput_tok_s
             lines.append(
                 f"- {config} on {split} at {bs}: random tokens give {ratio:.2f}x the SD "
-                f"throughput of real text (AL {_fmt(rnd.al_stream)} vs {_fmt(row.al_stream)})"
+                f"throughput of real text (Average_AL {_fmt(rnd.average_al)} vs "
+                f"{_fmt(row.average_al)}, speed_bench view)"
             )
     return lines
 
@@ -421,36 +429,41 @@ def render(results: Path, mlflow_uri: str | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
-SUMMARY_COLUMNS = {
-    "load": "load",
-    "output_throughput_tok_s": "tok/s",
-    "al_speed_bench_request_mean": "AL speed_bench",
-    "al_stream": "AL stream",
-    "al_engine": "AL engine",
-    "al_counters": "AL counters",
-    "speedup": "speedup",
-    "error_rate": "errors",
-}
+# (attribute or (view, figure), column title) of the plain-text summary.
+SUMMARY_COLUMNS: tuple[tuple[str | tuple[str, str], str], ...] = (
+    ("load", "load"),
+    ("output_throughput_tok_s", "tok/s"),
+    (("speed_bench", "al_request_mean"), "Average_AL"),
+    (("stream", "al_token_weighted"), "AL stream"),
+    (("engine", "al_token_weighted"), "AL engine"),
+    (("counters", "al_token_weighted"), "AL counters"),
+    ("speedup", "speedup"),
+    ("error_rate", "errors"),
+)
+
+
+def _column(row: SummaryRow, key: str | tuple[str, str]) -> Any:
+    return row.figure(*key) if isinstance(key, tuple) else getattr(row, key)
 
 
 def format_summary(summary: SweepSummary) -> str:
     """A plain-text table of the measured levels, then AL by category (names never cut)."""
     rows = summary.levels
     config_w = max([len("config"), *(len(_row_name(r, summary)) for r in rows)])
-    lines = [f"{'config':>{config_w}} " + " ".join(f"{h:>14}" for h in SUMMARY_COLUMNS.values())]
+    lines = [f"{'config':>{config_w}} " + " ".join(f"{h:>14}" for _, h in SUMMARY_COLUMNS)]
     for row in rows:
-        cells = [_cell(getattr(row, key), 14) for key in SUMMARY_COLUMNS]
+        cells = [_cell(_column(row, key), 14) for key, _ in SUMMARY_COLUMNS]
         lines.append(f"{_row_name(row, summary):>{config_w}} " + " ".join(cells))
-    sd_rows = [r for r in rows if r.al_speed_bench_by_category]
+    sd_rows = [r for r in rows if r.category_al]
     if sd_rows:
-        cats = sorted({c for r in sd_rows for c in r.al_speed_bench_by_category})
+        cats = sorted({c for r in sd_rows for c in r.category_al})
         width = max(7, *(len(c) for c in cats))
         lines += ["", "AL by category (speed_bench view: Category_AL, mean over questions)"]
         lines.append(
             f"{'config':>{config_w}} {'load':>8} " + " ".join(f"{c:>{width}}" for c in cats)
         )
         for r in sd_rows:
-            cells = " ".join(_cell(r.al_speed_bench_by_category.get(c), width) for c in cats)
+            cells = " ".join(_cell(r.category_al.get(c), width) for c in cats)
             lines.append(f"{_row_name(r, summary):>{config_w}} {r.load:>8} {cells}")
     if note := fewer_turns_note(summary):
         lines += ["", *note]

@@ -25,6 +25,7 @@ from speedbench.engines.base import EngineError
 from speedbench.level import HostBusyError
 from speedbench.models import ProvisionError
 from speedbench.pypi import FetchError
+from speedbench.results import StaleResults
 from speedbench.stores import StoreError
 from speedbench.tokenize import TokenizationError
 
@@ -39,6 +40,7 @@ EXPECTED_ERRORS: tuple[type[Exception], ...] = (
     PromptSetError,
     ProvisionError,
     SourceError,
+    StaleResults,
     StoreError,
     ThroughputError,
     TokenizationError,

@@ -280,3 +280,41 @@ def test_a_one_question_level_that_moved_is_untestable_and_does_not_decide(tmp_p
                  "--results", str(tmp_path / "new")]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "verdict: reproduced" in out and " untestable" in out
+
+
+def test_migrate_results_rewrites_a_schema_1_reference_without_changing_a_number(tmp_path, capsys):
+    stage = tmp_path / "ref" / "qualitative"
+    stage.mkdir(parents=True)
+    schema_1 = {"ngram-k3/q/bs4": {**level(BASE), "stream": {"al_by_category": {"a": 2.1}}}}
+    (stage / "acceptance.json").write_text(json.dumps(schema_1))
+    (stage / "throughput.json").write_text(json.dumps({"none/q/bs4": {"output_tok_s": 5.0}}))
+    (stage / "provenance.json").write_text(json.dumps(FP32_AVX2))
+    assert main(["migrate-results", str(tmp_path / "ref")]) == 0
+    assert capsys.readouterr().out.endswith(
+        "qualitative: acceptance.json, throughput.json, provenance.json\n"
+    )
+    read = lambda name: json.loads((stage / name).read_text())  # noqa: E731
+    assert read("acceptance.json") == {"schema_version": 2, "levels": upgrade(schema_1)}
+    assert read("acceptance.json")["levels"]["ngram-k3/q/bs4"]["stream"] == {
+        "by_category": {"a": {"al_token_weighted": 2.1}}
+    }
+    assert read("throughput.json") == {
+        "schema_version": 2,
+        "levels": {"none/q/bs4": {"output_tok_s": 5.0}},
+    }
+    assert read("provenance.json") == {**FP32_AVX2, "schema_version": 2}
+    # A second run finds nothing to do, and the migrated reference verifies against itself.
+    assert main(["migrate-results", str(tmp_path / "ref")]) == 0
+    assert capsys.readouterr().out.endswith("qualitative: already current\n")
+    assert main(["verify-reference", "--reference", str(tmp_path / "ref"),
+                 "--results", str(tmp_path / "ref")]) == 0  # fmt: skip
+    assert main(["migrate-results", str(tmp_path / "empty")]) == 2
+    empty = tmp_path / "empty"
+    assert capsys.readouterr().err == (
+        f"speedbench: error: {empty}: no acceptance.json below it, nothing to migrate\n"
+    )
+    # A results folder of schema 1 reaches the report as one line and exit code 2, no traceback.
+    (tmp_path / "old" / "qualitative").mkdir(parents=True)
+    (tmp_path / "old" / "qualitative" / "summary.json").write_text('{"levels": []}')
+    assert main(["report", "--results", str(tmp_path / "old")]) == 2
+    assert "results schema 1, this speedbench reads 2" in capsys.readouterr().err

@@ -1,8 +1,8 @@
 """How much does the load generator distort what it measures? speedbench vs ``vllm bench serve``.
 
-Both clients drive the same synthetic streaming server (``speedbench.synthetic``: SD-like chunks
-of 1 + accepted drafts, k=3, every chunk stamped with its send time) at each concurrency, one
-after the other, in one run, twice:
+Both clients drive the same synthetic streaming server (``speedbench.testing.synthetic``:
+SD-like chunks of 1 + accepted drafts, k=3, every chunk stamped with its send time) at each
+concurrency, one after the other, in one run, twice:
 
 - **paced**: each stream gets a chunk every ``--pace-s`` (25 ms: an engine doing 40 SD steps a
   second at that batch size). The figure is the **scheduling delay** per chunk: the client's
@@ -36,8 +36,8 @@ from speedbench.client.run import run_load
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.engines.local import free_port
-from speedbench.models import provision
-from speedbench.synthetic import SyntheticOptions, serve_in_subprocess
+from speedbench.provision.models import provision
+from speedbench.testing.synthetic import SyntheticOptions, serve_in_subprocess
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINE_PY = ROOT / ".venv-engine" / "bin" / "python"

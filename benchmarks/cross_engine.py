@@ -18,14 +18,14 @@ import argparse
 from pathlib import Path
 
 from speedbench.config import load_params
-from speedbench.host import cpu_info
-from speedbench.models import resolve_dtype, resolve_model
-from speedbench.plan import sweep_items
+from speedbench.hostcheck.cpu import cpu_info
+from speedbench.pipeline.stages import stage_sweep
+from speedbench.provision.models import resolve_dtype, resolve_model
 from speedbench.records import read_parquet
 from speedbench.report.cross_engine import plot_category_al, render
 from speedbench.results import SweepSummary
-from speedbench.stages import stage_sweep
-from speedbench.sweep import run_sweep
+from speedbench.run.plan import sweep_items
+from speedbench.run.sweep import run_sweep
 from speedbench.tokenize import PromptTokenizer
 
 

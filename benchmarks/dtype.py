@@ -14,9 +14,9 @@ from speedbench.client.run import run_load
 from speedbench.config import SpecConfig
 from speedbench.data.prompts import mtbench_prompts
 from speedbench.engines.local import free_port, launch_local
-from speedbench.level import cpu_vllm_engine
+from speedbench.engines.vllm import cpu_vllm_engine
 from speedbench.metrics.latency import summarize_load
-from speedbench.models import provision
+from speedbench.provision.models import provision
 from speedbench.tokenize import PromptTokenizer
 
 

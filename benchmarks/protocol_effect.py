@@ -28,10 +28,11 @@ from speedbench.client.loadgen import LoadSettings
 from speedbench.config import SpecConfig
 from speedbench.engines.launchers import engine_session
 from speedbench.engines.local import free_port
-from speedbench.host import cpu_info
-from speedbench.level import cpu_vllm_engine, measure_level
-from speedbench.models import provision, resolve_dtype
-from speedbench.plan import load_split, select_prompts
+from speedbench.engines.vllm import cpu_vllm_engine
+from speedbench.hostcheck.cpu import cpu_info
+from speedbench.provision.models import provision, resolve_dtype
+from speedbench.run.level import measure_level
+from speedbench.run.plan import load_split, select_prompts
 from speedbench.tokenize import PromptTokenizer
 
 PROTOCOLS = {"fixed": (True, True), "speed_bench": (False, False)}  # ignore_eos, first turn only

@@ -15,9 +15,9 @@ from speedbench.client.loadgen import LoadSettings
 from speedbench.config import SpecConfig
 from speedbench.data.prompts import mtbench_prompts
 from speedbench.engines.local import free_port
-from speedbench.level import cpu_vllm_engine
-from speedbench.models import provision, resolve_dtype
-from speedbench.sweep import run_grid
+from speedbench.engines.vllm import cpu_vllm_engine
+from speedbench.provision.models import provision, resolve_dtype
+from speedbench.run.sweep import run_grid
 from speedbench.tokenize import PromptTokenizer
 
 CATEGORIES = ("coding", "math", "writing", "reasoning", "stem", "humanities")

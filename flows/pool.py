@@ -42,16 +42,16 @@ from flows.sweep import TrackedHooks, prepared
 from speedbench.config import EngineConfig, SpecConfig, SweepConfig
 from speedbench.engines.base import EngineError
 from speedbench.engines.launchers import OpenEngine
-from speedbench.host import ENGINE_CPUS_ENV
-from speedbench.plan import (
+from speedbench.hostcheck.cpu import ENGINE_CPUS_ENV
+from speedbench.results import SweepSummary
+from speedbench.run.plan import (
     config_identity,
     engine_config,
     load_settings,
     per_config_forms,
     sweep_items,
 )
-from speedbench.results import SweepSummary
-from speedbench.sweep import GridPoint, run_grid, run_sweep
+from speedbench.run.sweep import GridPoint, run_grid, run_sweep
 from tasks.summary import close_sweep, write_category_table
 from tasks.tracking import CONFIG_HASH_TAG, Tracker
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from speedbench.config import load_params
 from speedbench.errors import finish
 from speedbench.oracle.run import read_oracle
+from speedbench.pipeline.stages import STAGES, stage_sweep, write_stage_metrics
 from speedbench.results import SweepSummary
-from speedbench.stages import STAGES, stage_sweep, write_stage_metrics
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,7 @@
 
 It only sequences tasks. Everything that can be checked without an engine is checked first
 (parameters by Prefect against ``SweepConfig``, then split files, prompts and token ids); then
-:func:`speedbench.sweep.run_sweep`, the same runner the CLI uses, walks the grid with
+:func:`speedbench.run.sweep.run_sweep`, the same runner the CLI uses, walks the grid with
 :class:`TrackedHooks`: engine starts and levels run as tasks, each level becomes an MLflow child
 run as soon as it is measured, a level already finished in MLflow (and on disk) is kept, and the
 sweep ends with tables and plots on the parent run.
@@ -23,13 +23,13 @@ from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import EngineConfig, SpecConfig, SweepConfig, load_params
 from speedbench.engines.launchers import OpenEngine
 from speedbench.engines.running import RunningEngine
-from speedbench.host import ENGINE_CPUS_ENV
-from speedbench.level import LevelResult, validate_items
+from speedbench.hostcheck.cpu import ENGINE_CPUS_ENV
 from speedbench.oracle.run import oracle_paths, oracle_scalars, read_oracle
-from speedbench.plan import dataset_revision, sweep_items
+from speedbench.pipeline.stages import stage_sweep
 from speedbench.results import SummaryRow, SweepSummary
-from speedbench.stages import stage_sweep
-from speedbench.sweep import GridPoint, SweepHooks, finished_on_disk, run_sweep, stamp_identity
+from speedbench.run.level import LevelResult, validate_items
+from speedbench.run.plan import dataset_revision, sweep_items
+from speedbench.run.sweep import GridPoint, SweepHooks, finished_on_disk, run_sweep, stamp_identity
 from speedbench.tokenize import PromptTokenizer
 from tasks.engine import start_engine
 from tasks.level import LEVEL_ARTIFACTS, log_failure, log_level, run_level

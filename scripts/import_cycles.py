@@ -1,9 +1,12 @@
-"""Find import cycles among the modules of ``src/speedbench``, deferred imports included.
+"""The core's import rules: no cycles, and the orchestration layer's packages never imported.
 
-An import inside a function hides a cycle from Python but not from a reader: both modules still
-need each other. Every ``import`` and ``from ... import`` in a module counts (except those under
-``if TYPE_CHECKING:``), and ``from package import name`` counts as importing the submodule
-``package.name`` when that is a module. Prints each cycle and exits 1 if there is one.
+Dependencies point one way, flows -> tasks -> speedbench: the core (``src/speedbench``)
+imports neither Prefect nor MLflow nor the project's ``tasks``/``flows`` packages, so it runs
+and is tested without them. And no two of its modules need each other: an import inside a
+function hides a cycle from Python but not from a reader. Every ``import`` and ``from ...
+import`` in a module counts (except those under ``if TYPE_CHECKING:``), and ``from package
+import name`` counts as importing the submodule ``package.name`` when that is a module. Prints
+each cycle and each forbidden import, and exits 1 if there is one.
 
     python scripts/import_cycles.py [SRC_ROOT]
 """
@@ -15,6 +18,8 @@ import sys
 from pathlib import Path
 
 PACKAGE = "speedbench"
+# Top-level packages the core must not import: the orchestration layer and its libraries.
+FORBIDDEN = ("prefect", "mlflow", "tasks", "flows")
 
 
 def module_names(root: Path) -> dict[str, Path]:
@@ -37,6 +42,11 @@ def _is_type_checking(node: ast.If) -> bool:
 
 def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """The package's modules that module ``name`` imports, anywhere in its body."""
+    return {m for m in imported_names(name, path) if m in modules and m != name}
+
+
+def imported_names(name: str, path: Path) -> set[str]:
+    """Every dotted name module ``name`` imports (and ``base.name`` of a ``from`` import)."""
     tree = ast.parse(path.read_text(), str(path))
     found: set[str] = set()
     skip: set[int] = set()
@@ -57,7 +67,17 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
                 base = ".".join([*anchor, *([base] if base else [])])
             found.add(base)
             found.update(f"{base}.{a.name}" for a in node.names)
-    return {m for m in found if m in modules and m != name}
+    return found
+
+
+def forbidden_imports(root: Path) -> list[tuple[str, str]]:
+    """(module, what it imports) for every import of a :data:`FORBIDDEN` package in the core."""
+    return [
+        (name, imported)
+        for name, path in module_names(root).items()
+        for imported in sorted(imported_names(name, path))
+        if imported.split(".")[0] in FORBIDDEN
+    ]
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -116,9 +136,12 @@ def main() -> int:
     found = cycles(import_graph(root))
     for component in found:
         print("import cycle: " + " <-> ".join(component))
-    if not found:
-        print(f"no import cycles in {root / PACKAGE}")
-    return 1 if found else 0
+    forbidden = forbidden_imports(root)
+    for module, imported in forbidden:
+        print(f"{module} imports {imported}: the core never imports {', '.join(FORBIDDEN)}")
+    if not found and not forbidden:
+        print(f"no import cycles in {root / PACKAGE}, and no import of {', '.join(FORBIDDEN)}")
+    return 1 if found or forbidden else 0
 
 
 if __name__ == "__main__":

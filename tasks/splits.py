@@ -9,7 +9,7 @@ from prefect import task
 
 from speedbench.data.qualitative import QualitativeParams, build_qualitative
 from speedbench.data.throughput import ThroughputParams, build_throughput
-from speedbench.models import resolve_dtype, resolve_model
+from speedbench.provision.models import resolve_dtype, resolve_model
 from speedbench.tokenize import PromptTokenizer
 
 

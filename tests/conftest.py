@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from speedbench.host import ENGINE_CPUS_ENV
+from speedbench.hostcheck.cpu import ENGINE_CPUS_ENV
 
 _SECONDS: dict[str, float] = defaultdict(float)
 _COUNTS: dict[str, int] = defaultdict(int)
@@ -45,7 +45,8 @@ CACHE_KEY = "speedbench/file_seconds"
 def pytest_configure(config: pytest.Config) -> None:
     """Give each test process its own engine core: worker N the host's N-th, a lone run the last.
 
-    The client then keeps off it (``speedbench.host.keep_off``). A core set by the caller wins.
+    The client then keeps off it (``speedbench.hostcheck.cpu.keep_off``). A core set by the
+    caller wins.
     """
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if not worker and getattr(config.option, "numprocesses", None):

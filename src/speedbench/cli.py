@@ -29,7 +29,7 @@ from speedbench.config import (
 )
 from speedbench.data.prompts import write_prompt_file
 from speedbench.errors import finish
-from speedbench.models import PACKAGED_MODELS, provision, resolve_dtype, resolve_model
+from speedbench.provision.models import PACKAGED_MODELS, provision, resolve_dtype, resolve_model
 from speedbench.report.text import format_summary
 from speedbench.tokenize import PromptTokenizer
 
@@ -83,8 +83,8 @@ def _report(args: argparse.Namespace) -> None:
 
         verdict = None
         if args.reference:
-            from speedbench.stages import ACCEPTANCE_FILE
-            from speedbench.verify import check_reference
+            from speedbench.pipeline.stages import ACCEPTANCE_FILE
+            from speedbench.pipeline.verify import check_reference
 
             metrics = Path(args.metrics)
             if list(metrics.glob(f"*/{ACCEPTANCE_FILE}")):
@@ -99,7 +99,7 @@ def _report(args: argparse.Namespace) -> None:
 
 
 def _migrate_results(args: argparse.Namespace) -> None:
-    from speedbench.stages import ACCEPTANCE_FILE, migrate_stage_files
+    from speedbench.pipeline.stages import ACCEPTANCE_FILE, migrate_stage_files
 
     for folder in map(Path, args.folders):
         stages = sorted({p.parent for p in folder.glob(f"**/{ACCEPTANCE_FILE}")})
@@ -111,7 +111,7 @@ def _migrate_results(args: argparse.Namespace) -> None:
 
 
 def _verify_reference(args: argparse.Namespace) -> None:
-    from speedbench.verify import EXACT, NOT_COMPARABLE, check_reference
+    from speedbench.pipeline.verify import EXACT, NOT_COMPARABLE, check_reference
 
     check = check_reference(Path(args.reference), Path(args.results))
     for line in check.speedups:
@@ -187,8 +187,8 @@ def _fetch_hub(args: argparse.Namespace) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> Any:
-    from speedbench.plan import sweep_items
-    from speedbench.sweep import run_sweep
+    from speedbench.run.plan import sweep_items
+    from speedbench.run.sweep import run_sweep
 
     fields = read_config_file(args.config) if args.config else {}
     fields.update(flags_given(args, SweepConfig))
@@ -269,7 +269,7 @@ def _oracle(args: argparse.Namespace) -> Any:
 
 
 def _plan(args: argparse.Namespace) -> Any:
-    from speedbench.dryrun import format_plans, sweep_launch_plans
+    from speedbench.run.dryrun import format_plans, sweep_launch_plans
 
     fields = read_config_file(args.config) if args.config else {}
     fields.update(flags_given(args, SweepConfig))
@@ -491,7 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _synthetic_server(args: argparse.Namespace) -> None:
-    from speedbench import synthetic
+    from speedbench.testing import synthetic
 
     options, host, port = synthetic.parse_args(args.options)
     synthetic.run(options, host, port)

@@ -16,7 +16,7 @@ from typing import Any, Literal, TypeVar, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from speedbench.host import ENGINE_CPUS_ENV, format_cpu_list, parse_cpu_list
+from speedbench.hostcheck.cpu import ENGINE_CPUS_ENV, format_cpu_list, parse_cpu_list
 
 SpecMethod = Literal["none", "ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix"]
 EngineKind = Literal["vllm", "sglang", "trtllm", "llamacpp"]

@@ -161,7 +161,7 @@ class Competitor(Result):
 
 
 class HostFigures(Result):
-    """What else used the host during a level (:mod:`speedbench.contention`)."""
+    """What else used the host during a level (:mod:`speedbench.hostcheck.contention`)."""
 
     wall_s: float
     cores: int

@@ -24,9 +24,9 @@ import pytest
 
 from speedbench.engines.docker import LABEL
 from speedbench.engines.local import free_port
-from speedbench.host import ENGINE_CPUS_ENV
-from speedbench.models import make_world_readable, provision
-from speedbench.synthetic import SyntheticOptions, serve_in_subprocess
+from speedbench.hostcheck.cpu import ENGINE_CPUS_ENV
+from speedbench.provision.models import make_world_readable, provision
+from speedbench.testing.synthetic import SyntheticOptions, serve_in_subprocess
 
 QWEN_SMALL = "qwen2.5-coder-0.5b-instruct"
 

@@ -28,10 +28,10 @@ from speedbench.engines.base import EngineError
 from speedbench.engines.launchers import check_available
 from speedbench.engines.local import engine_python, free_port
 from speedbench.engines.vllm import speculative_config
-from speedbench.level import validate_items
-from speedbench.models import ProvisionError, provision
-from speedbench.plan import load_split
-from speedbench.stages import stage_sweep
+from speedbench.pipeline.stages import stage_sweep
+from speedbench.provision.models import ProvisionError, provision
+from speedbench.run.level import validate_items
+from speedbench.run.plan import load_split
 
 pytestmark = pytest.mark.integration
 
@@ -246,7 +246,7 @@ def _(tmp, url):
 
 @case("batch-over-engine-cap")
 def _(tmp, url):
-    from speedbench.plan import check_concurrency
+    from speedbench.run.plan import check_concurrency
 
     engine = EngineConfig(kind="sglang", model="m")
     spec = SpecConfig(method="ngram", num_speculative_tokens=3)
@@ -377,7 +377,7 @@ def test_each_bad_input_gets_its_documented_message(name, tmp_path, fault_server
 if __name__ == "__main__":  # print the current messages, to write the table
     import tempfile
 
-    from speedbench.synthetic import SyntheticOptions, serve_in_subprocess
+    from speedbench.testing.synthetic import SyntheticOptions, serve_in_subprocess
 
     options = SyntheticOptions(k=3, interval_s=0.001, faults=FAULTS, stall_s=5.0)
     with serve_in_subprocess(options, free_port()) as server, tempfile.TemporaryDirectory() as d:

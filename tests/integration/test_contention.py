@@ -26,9 +26,10 @@ from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.engines.local import free_port, launch_local
 from speedbench.engines.running import RunningEngine
-from speedbench.host import allowed_cpus, format_cpu_list
-from speedbench.level import HostBusyError, cpu_vllm_engine, measure_level
-from speedbench.synthetic import SyntheticOptions, serve_in_subprocess
+from speedbench.engines.vllm import cpu_vllm_engine
+from speedbench.hostcheck.cpu import allowed_cpus, format_cpu_list
+from speedbench.run.level import HostBusyError, measure_level
+from speedbench.testing.synthetic import SyntheticOptions, serve_in_subprocess
 
 pytestmark = [pytest.mark.integration, pytest.mark.alone]
 SPEC = SpecConfig(method="ngram", num_speculative_tokens=3)

@@ -35,11 +35,11 @@ from speedbench.engines.docker import (
     launch_files_archive,
 )
 from speedbench.engines.local import free_port
-from speedbench.host import ENGINE_CPUS_ENV
-from speedbench.level import cpu_vllm_engine
+from speedbench.engines.vllm import cpu_vllm_engine
+from speedbench.hostcheck.cpu import ENGINE_CPUS_ENV
 from speedbench.records import read_parquet
 from speedbench.results import LevelMetrics
-from speedbench.sweep import SweepHooks, run_grid
+from speedbench.run.sweep import SweepHooks, run_grid
 from speedbench.tokenize import PromptTokenizer
 
 pytestmark = pytest.mark.integration

@@ -22,8 +22,7 @@ import pytest
 from speedbench.config import METHODS_NEEDING_DRAFT_MODEL, EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.engines.sglang import SGLANG_ALGORITHMS
-from speedbench.engines.vllm import _VLLM_METHODS
-from speedbench.level import cpu_vllm_engine
+from speedbench.engines.vllm import _VLLM_METHODS, cpu_vllm_engine
 
 pytestmark = pytest.mark.integration
 

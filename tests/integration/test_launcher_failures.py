@@ -9,7 +9,7 @@ import pytest
 from speedbench.config import SpecConfig
 from speedbench.engines.base import EngineError
 from speedbench.engines.local import free_port, launch_local
-from speedbench.level import cpu_vllm_engine
+from speedbench.engines.vllm import cpu_vllm_engine
 
 pytestmark = pytest.mark.integration
 

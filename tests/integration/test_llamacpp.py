@@ -39,7 +39,7 @@ from speedbench.engines.local import free_port, launch_local
 from speedbench.metrics.acceptance import acceptance_from_counters
 from speedbench.metrics.lossless import lossless_check
 from speedbench.metrics.views import counters_view, engine_view, speed_bench_view, stream_view
-from speedbench.models import engine_weights
+from speedbench.provision.models import engine_weights
 from speedbench.tokenize import PromptTokenizer
 
 # Its server is compiled from source, 13.5 minutes of both cores on a 2-core host: more than

@@ -23,10 +23,10 @@ from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.engines.local import free_port
 from speedbench.engines.running import RunningEngine
-from speedbench.level import measure_level
 from speedbench.metrics.latency import arrival_lag_s, e2e_s, summarize_load, ttft_s
 from speedbench.records import read_jsonl, read_parquet
-from speedbench.synthetic import SyntheticOptions, serve_in_subprocess
+from speedbench.run.level import measure_level
+from speedbench.testing.synthetic import SyntheticOptions, serve_in_subprocess
 
 pytestmark = pytest.mark.integration
 TOKENS = 10

@@ -17,7 +17,7 @@ import subprocess
 import pytest
 
 from speedbench.engines.base import engine_python
-from speedbench.level import cpu_vllm_engine
+from speedbench.engines.vllm import cpu_vllm_engine
 from speedbench.oracle.steps import ngram_proposal
 
 pytestmark = pytest.mark.integration

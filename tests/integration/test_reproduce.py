@@ -3,7 +3,8 @@
 This is the project's published-number guarantee at small scale: greedy acceptance (AL per
 category, conditional AR per position) from a fresh pipeline run equals results/reference/ci
 exactly on a CPU of the reference's kernel family. On another family float32 kernels sum in
-another order, so only the statistical verdict is promised there (src/speedbench/verify.py).
+another order, so only the statistical verdict is promised there
+(src/speedbench/pipeline/verify.py).
 Throughput is hardware-bound and only printed.
 """
 
@@ -17,7 +18,7 @@ import pytest
 
 from speedbench.config import EngineConfig
 from speedbench.engines.running import engine_environment
-from speedbench.host import cpu_info
+from speedbench.hostcheck.cpu import cpu_info
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

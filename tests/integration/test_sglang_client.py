@@ -19,7 +19,7 @@ from speedbench.engines import get_engine
 from speedbench.engines.local import free_port
 from speedbench.metrics.summary import summarize_level
 from speedbench.results import LevelMetrics, finite, tracking_scalars
-from speedbench.synthetic import SyntheticOptions, chunk_sizes, serve_in_subprocess
+from speedbench.testing.synthetic import SyntheticOptions, chunk_sizes, serve_in_subprocess
 
 K, ACCEPT_P, SEED, MAX_TOKENS = 3, 0.6, 7, 25
 pytestmark = pytest.mark.integration

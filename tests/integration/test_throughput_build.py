@@ -11,7 +11,7 @@ from speedbench.data.throughput import (
     ThroughputParams,
     build_throughput,
 )
-from speedbench.models import provision
+from speedbench.provision.models import provision
 from speedbench.tokenize import PromptTokenizer
 
 

@@ -24,7 +24,7 @@ from speedbench.client.run import reset_prefix_cache, run_load
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.engines.local import free_port
-from speedbench.synthetic import SyntheticOptions, serve_in_subprocess
+from speedbench.testing.synthetic import SyntheticOptions, serve_in_subprocess
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.client.run import run_load
 from speedbench.config import SpecConfig
 from speedbench.engines.local import free_port, launch_local
-from speedbench.level import cpu_vllm_engine, measure_level
+from speedbench.engines.vllm import cpu_vllm_engine
 from speedbench.metrics.acceptance import (
     acceptance_from_counters,
     acceptance_from_steps,
@@ -25,6 +25,7 @@ from speedbench.metrics.acceptance import (
 )
 from speedbench.oracle.draft import load_draft
 from speedbench.oracle.predict import check_measured, figures_at, predict
+from speedbench.run.level import measure_level
 from speedbench.tokenize import PromptTokenizer
 
 pytestmark = pytest.mark.integration

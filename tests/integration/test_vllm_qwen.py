@@ -15,10 +15,11 @@ from speedbench.client.run import run_load
 from speedbench.config import SpecConfig
 from speedbench.data.prompts import mtbench_prompts
 from speedbench.engines.local import free_port, launch_local
-from speedbench.level import cpu_vllm_engine, validate_items
+from speedbench.engines.vllm import cpu_vllm_engine
 from speedbench.metrics.acceptance import acceptance_from_counters
 from speedbench.metrics.lossless import lossless_check
 from speedbench.metrics.views import speed_bench_view, stream_view
+from speedbench.run.level import validate_items
 from speedbench.tokenize import PromptTokenizer, TokenizationError
 
 pytestmark = pytest.mark.integration

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from speedbench.host import ENGINE_CPUS_ENV
+from speedbench.hostcheck.cpu import ENGINE_CPUS_ENV
 
 
 @pytest.fixture(autouse=True)

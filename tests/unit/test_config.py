@@ -164,7 +164,7 @@ def test_malformed_params_file(tmp_path):
 
 def test_prompt_selection_interleaves_categories():
     from speedbench.data.prompts import PromptRow, PromptSetError
-    from speedbench.plan import select_prompts
+    from speedbench.run.plan import select_prompts
 
     rows = [
         PromptRow(question_id=f"{c}{i}", category=c, turns=["q"]) for c in "ab" for i in range(3)
@@ -177,7 +177,7 @@ def test_prompt_selection_interleaves_categories():
 
 
 def test_preferred_cpu_dtype_follows_native_bf16():
-    from speedbench.models import preferred_cpu_dtype
+    from speedbench.provision.models import preferred_cpu_dtype
 
     assert preferred_cpu_dtype("flags\t\t: fpu avx2 avx512f avx512_bf16 amx_tile\n") == "bfloat16"
     assert preferred_cpu_dtype("flags\t\t: fpu avx2 fma\n") == "float32"
@@ -186,10 +186,10 @@ def test_preferred_cpu_dtype_follows_native_bf16():
 
 @pytest.mark.parametrize("native", ["bfloat16", "float32"])
 def test_the_cpu_engine_gets_the_provisioned_dtype_not_vllms_auto(monkeypatch, native):
-    import speedbench.models
-    from speedbench.plan import engine_config
+    import speedbench.provision.models
+    from speedbench.run.plan import engine_config
 
-    monkeypatch.setattr(speedbench.models, "preferred_cpu_dtype", lambda: native)
+    monkeypatch.setattr(speedbench.provision.models, "preferred_cpu_dtype", lambda: native)
     assert engine_config(SweepConfig(), "/m").dtype == native
     assert engine_config(SweepConfig(dtype="float32"), "/m").dtype == "float32"
     # A GPU engine decides for itself from its checkpoint.
@@ -281,7 +281,7 @@ def test_cli_flags_are_the_form_fields_each_with_its_help():
 
 
 def test_a_prompt_file_is_measured_as_a_split_named_after_it(tmp_path):
-    from speedbench.plan import sweep_items
+    from speedbench.run.plan import sweep_items
 
     path = tmp_path / "my-prompts.jsonl"
     rows = [{"question_id": f"q{i}", "category": c, "turns": ["Hi"]} for i, c in enumerate("aab")]

@@ -10,8 +10,8 @@ import yaml
 from speedbench.config import EngineConfig, SpecConfig, SweepConfig
 from speedbench.engines import get_engine
 from speedbench.metrics.summary import summarize_level
-from speedbench.plan import config_identity, engine_config, load_settings
 from speedbench.results import LevelMetrics, finite, tracking_scalars
+from speedbench.run.plan import config_identity, engine_config, load_settings
 
 METRICS = """\
 # TYPE vllm:prefix_cache_queries counter

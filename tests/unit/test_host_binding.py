@@ -9,11 +9,11 @@ import os
 
 import pytest
 
-from speedbench import contention
 from speedbench.config import EngineConfig
-from speedbench.contention import HostSnapshot, ProcSample
 from speedbench.engines.running import engine_environment
-from speedbench.host import (
+from speedbench.hostcheck import contention
+from speedbench.hostcheck.contention import HostSnapshot, ProcSample
+from speedbench.hostcheck.cpu import (
     ENGINE_CPUS_ENV,
     cpu_info,
     format_cpu_list,
@@ -80,7 +80,7 @@ def test_engine_cores_come_from_the_host_unless_the_config_names_them(monkeypatc
 def test_engine_cores_count_on_this_host_only_where_the_engine_runs_here(
     monkeypatch, fields, cores
 ):
-    from speedbench.level import engine_cores_here
+    from speedbench.run.level import engine_cores_here
 
     monkeypatch.delenv("DOCKER_HOST", raising=False)
     engine = EngineConfig(model="m", **{"cpus": "1-2", **fields})

@@ -2,13 +2,28 @@
 
 from pathlib import Path
 
-from scripts.import_cycles import cycles, import_graph
+from scripts.import_cycles import cycles, forbidden_imports, import_graph
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_package_has_no_import_cycle():
+def test_the_package_has_no_import_cycle_and_never_imports_the_orchestration_layer():
     assert cycles(import_graph(ROOT / "src")) == []
+    assert forbidden_imports(ROOT / "src") == []
+
+
+def test_an_import_of_prefect_or_of_tasks_in_the_core_is_found(tmp_path):
+    pkg = tmp_path / "speedbench"
+    (pkg / "run").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "run" / "__init__.py").write_text("")
+    (pkg / "run" / "a.py").write_text("def f():\n    from prefect import task\n    return task\n")
+    (pkg / "run" / "b.py").write_text("import tasks.tracking\nimport prefecture\n")
+    assert forbidden_imports(tmp_path) == [
+        ("speedbench.run.a", "prefect"),
+        ("speedbench.run.a", "prefect.task"),
+        ("speedbench.run.b", "tasks.tracking"),
+    ]
 
 
 def test_a_cycle_hidden_in_a_function_is_found(tmp_path):

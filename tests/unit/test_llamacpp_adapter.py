@@ -16,7 +16,7 @@ from speedbench.engines import get_engine
 from speedbench.engines.base import EngineError, UnsupportedSpecError
 from speedbench.engines.docker import container_options
 from speedbench.metrics.acceptance import acceptance_from_counters
-from speedbench.models import PROVENANCE, engine_weights
+from speedbench.provision.models import PROVENANCE, engine_weights
 
 ENGINE = EngineConfig(kind="llamacpp", model="/m/target.gguf", port=8081)
 DRAFT = SpecConfig(method="draft_model", num_speculative_tokens=3, draft_model="/m/draft.gguf")

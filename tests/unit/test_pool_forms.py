@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from speedbench.config import SweepConfig
-from speedbench.plan import per_config_forms
+from speedbench.run.plan import per_config_forms
 
 BASE = dict(
     name="grid",

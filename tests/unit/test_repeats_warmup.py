@@ -8,7 +8,6 @@ import pytest
 
 from speedbench.client.loadgen import LoadResult, WorkItem
 from speedbench.config import ConfigError, SweepConfig, load_config
-from speedbench.level import merge_runs, repeat_order, warmup_items
 from speedbench.metrics.acceptance import SpecCounters
 from speedbench.metrics.goodput import LatencyObjectives
 from speedbench.metrics.latency import summarize_load
@@ -17,6 +16,7 @@ from speedbench.metrics.repeats import t_interval
 from speedbench.metrics.summary import summarize_level
 from speedbench.records import RequestRecord, read_parquet, write_parquet
 from speedbench.results import finite
+from speedbench.run.level import merge_runs, repeat_order, warmup_items
 
 
 def rec(
@@ -237,7 +237,7 @@ def test_a_reset_that_fails_because_the_engine_died_names_its_exit_code(tmp_path
     from speedbench.engines.base import EngineError
     from speedbench.engines.local import free_port
     from speedbench.engines.running import RunningEngine
-    from speedbench.level import reset_cache
+    from speedbench.run.level import reset_cache
 
     log = tmp_path / "engine.log"
     log.write_text("RuntimeError: out of memory\n")

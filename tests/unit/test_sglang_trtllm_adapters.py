@@ -298,7 +298,7 @@ def test_each_engine_names_its_drafting_shape(kind, spec, shape):
 
 def test_sglang_caps_sd_at_48_requests_unless_told(sglang):
     from speedbench.config import ConfigError
-    from speedbench.plan import check_concurrency
+    from speedbench.run.plan import check_concurrency
 
     sd = SpecConfig(method="draft_model", num_speculative_tokens=3, draft_model="/d")
     assert sglang.concurrency_cap(ENGINE, SpecConfig()) is None

@@ -5,14 +5,14 @@ import json
 import pytest
 
 from speedbench.config import ConfigError
-from speedbench.report.text import render
-from speedbench.results import SweepSummary
-from speedbench.stages import (
+from speedbench.pipeline.stages import (
     acceptance_metrics,
     stage_sweep,
     throughput_metrics,
     write_stage_metrics,
 )
+from speedbench.report.text import render
+from speedbench.results import SweepSummary
 
 PARAMS = {
     "models": {"target": "t", "draft": "d", "dtype": "float32"},

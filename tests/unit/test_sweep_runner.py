@@ -14,9 +14,9 @@ from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineError
 from speedbench.errors import finish
-from speedbench.level import LevelResult
 from speedbench.results import LevelMetrics, SweepSummary
-from speedbench.sweep import DiskResume, SweepHooks, run_grid
+from speedbench.run.level import LevelResult
+from speedbench.run.sweep import DiskResume, SweepHooks, run_grid
 
 NONE = SpecConfig()
 NGRAM = SpecConfig(method="ngram", num_speculative_tokens=3)

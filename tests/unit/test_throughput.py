@@ -13,7 +13,7 @@ from speedbench.data.throughput import (
     special_ids,
     template_frame,
 )
-from speedbench.models import provision
+from speedbench.provision.models import provision
 from speedbench.tokenize import PromptTokenizer
 
 

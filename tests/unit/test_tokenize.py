@@ -2,7 +2,7 @@
 
 import pytest
 
-from speedbench.models import provision
+from speedbench.provision.models import provision
 from speedbench.tokenize import (
     PromptTokenizer,
     TokenizationError,

@@ -4,8 +4,8 @@ import pytest
 from pydantic import ValidationError
 
 from speedbench.results import LevelMetrics, tracking_scalars
+from speedbench.run.sweep import config_hash
 from speedbench.secrets import REDACTED, redact, redact_args
-from speedbench.sweep import config_hash
 from tasks.tracking import flatten
 
 
@@ -131,8 +131,8 @@ def test_a_renamed_figure_fails_where_it_is_read():
 
 
 def test_a_results_file_of_another_schema_is_refused_in_one_line_and_re_measured(tmp_path):
-    from speedbench.level import load_level
     from speedbench.results import StaleResults
+    from speedbench.run.level import load_level
 
     path = tmp_path / "metrics.json"
     path.write_text('{"overall": {}, "per_category": {}}')  # schema 1: no schema_version

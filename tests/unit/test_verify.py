@@ -7,7 +7,7 @@ import json
 import pytest
 
 from speedbench.cli import main
-from speedbench.verify import overall, upgrade, verify
+from speedbench.pipeline.verify import overall, upgrade, verify
 
 FP32_AVX2 = {"dtype": "float32", "engine": "vllm", "host_cpu": {"kernel_family": "avx2"}}
 BF16_AMX = {"dtype": "bfloat16", "engine": "vllm", "host_cpu": {"kernel_family": "amx"}}

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from speedbench.data.sources.bigbench import load_task
-from speedbench.pypi import CACHE_ROOT, FetchError
+from speedbench.provision.pypi import CACHE_ROOT, FetchError
 
 Tier = Literal["low", "mixed", "high"]
 TIERS: tuple[Tier, ...] = ("low", "mixed", "high")

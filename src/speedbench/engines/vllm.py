@@ -10,6 +10,7 @@ Counters come from ``/metrics`` (``vllm:spec_decode_*``), parsed with prometheus
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +28,48 @@ from speedbench.engines.base import (
     stream_error,
 )
 from speedbench.metrics.acceptance import SpecCounters
+
+# The embedded default (README): vLLM's CPU build as a local process.
+
+# Settings that make vLLM usable on a small CPU host (see docs/machines.md, "vLLM on CPU").
+# No worker processes beside the engine core (the uni executor), and a KV cache sized for a
+# 24 GiB host; a host with less memory sets VLLM_CPU_KVCACHE_SPACE (GiB) in its environment.
+# The context limit of the CPU engines (vLLM, llama.cpp): prompts and answers of the qualitative
+# split fit; the long throughput tiers raise it.
+CPU_CONTEXT = 4096
+CPU_VLLM_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "4"}
+CPU_VLLM_ARGS = [
+    "--enforce-eager",
+    "--distributed-executor-backend",
+    "uni",
+    # On the CPU this flag reserves host memory; vLLM refuses to start when NUMA node 0
+    # has less free than asked.
+    "--gpu-memory-utilization",
+    "0.3",
+]
+
+
+def kv_cache_override() -> dict[str, str]:
+    """The host's own VLLM_CPU_KVCACHE_SPACE, where it sets one."""
+    space = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
+    return {"VLLM_CPU_KVCACHE_SPACE": space} if space else {}
+
+
+def cpu_vllm_engine(model: str, port: int = 8000, **overrides: Any) -> EngineConfig:
+    """EngineConfig of the embedded default: vLLM's CPU build as a local process."""
+    fields: dict[str, Any] = {
+        "kind": "vllm",
+        "model": model,
+        "launcher": "local",
+        "port": port,
+        "dtype": "float32",
+        "max_model_len": CPU_CONTEXT,
+        "extra_args": CPU_VLLM_ARGS,
+        "env": {**CPU_VLLM_ENV, **kv_cache_override()},
+    }
+    fields.update(overrides)
+    return EngineConfig(**fields)
+
 
 # speedbench method -> vLLM SpeculativeConfig.method
 _VLLM_METHODS = {

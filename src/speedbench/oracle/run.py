@@ -17,7 +17,7 @@ Output, beside the grid's::
     oracle/baseline/none/<split>/bs<N>/   the oracle's own baseline level (oracle_per_category)
     oracle/<drafter>/<split>/bs<N>/oracle.json   the OracleLevel, per-question figures included
 
-The sweep runner (:mod:`speedbench.sweep`) measures the oracle's own baseline and calls
+The sweep runner (:mod:`speedbench.run.sweep`) measures the oracle's own baseline and calls
 :func:`with_oracle`; this module runs no engine. The sweep's ``summary.json`` does not embed
 the oracle's levels (their models build on the result models, not the other way round);
 :func:`read_oracle` reads them back.
@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from speedbench.config import EngineConfig, SweepConfig
-from speedbench.models import resolve_dtype
 from speedbench.oracle.predict import (
     NGRAM_MAX,
     NGRAM_MIN,
@@ -43,6 +42,7 @@ from speedbench.oracle.predict import (
     figures_at,
     predict,
 )
+from speedbench.provision.models import resolve_dtype
 from speedbench.records import read_parquet
 from speedbench.report.oracle import plot_oracle
 from speedbench.results import ConfigFailure, LevelMetrics, SummaryRow, SweepSummary, write_json

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from speedbench.host import format_kernel_caps
+from speedbench.hostcheck.cpu import format_kernel_caps
 from speedbench.oracle.run import read_oracle
 from speedbench.report.oracle import render_oracle
 from speedbench.results import SummaryRow, SweepSummary

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from speedbench.data.sources.base import RawRows, register_source
-from speedbench.pypi import CACHE_ROOT, extract_tar_members, fetch_sdist
+from speedbench.provision.pypi import CACHE_ROOT, extract_tar_members, fetch_sdist
 
 SDIST = ("bigbench", "1.0.0", "1bb398a5512c6d798cdebe0dfa0ac03f67f6033fa6b39c6ef71df978c7cbc5c2")
 TASK_ROOT = "bigbench-1.0.0/bigbench/benchmark_tasks/"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from speedbench.data.sources.base import RawRows, register_source
-from speedbench.pypi import fetch_wheels, read_member
+from speedbench.provision.pypi import fetch_wheels, read_member
 
 WHEEL = ("champ-dataset", "1.0.0")
 MEMBER = r"champ_dataset/dataset_files/v0\.json$"

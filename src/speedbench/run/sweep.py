@@ -19,7 +19,7 @@ The runner owns what must be the same everywhere:
 Output layout under ``out_dir``::
 
     <config>/engine.log                 the engine's log
-    <config>/<split>/bs<N>/...          one closed-loop level (see :mod:`speedbench.level`)
+    <config>/<split>/bs<N>/...          one closed-loop level (see :mod:`speedbench.run.level`)
     <config>/<split>/rate<R>/...        one open-loop level (R requests/s)
     <config>/<split>/<load>/identity.json  what defines the level (the resume key)
     summary.json                        the SweepSummary, rewritten as each config ends
@@ -42,18 +42,10 @@ from speedbench.config import EngineConfig, SpecConfig, SweepConfig
 from speedbench.engines.base import EngineError, get_engine
 from speedbench.engines.launchers import OpenEngine, check_available
 from speedbench.engines.running import RunningEngine, engine_environment
-from speedbench.host import cpu_info
-from speedbench.level import LevelResult, load_level, measure_level, validate_items
+from speedbench.hostcheck.cpu import cpu_info
 from speedbench.metrics.lossless import lossless_check
-from speedbench.models import engine_weights
 from speedbench.oracle.run import ORACLE_DIR, with_oracle
-from speedbench.plan import (
-    check_concurrency,
-    config_identity,
-    engine_config,
-    first_per_category,
-    load_settings,
-)
+from speedbench.provision.models import engine_weights
 from speedbench.records import read_parquet
 from speedbench.report.plots import write_plots
 from speedbench.results import (
@@ -67,6 +59,14 @@ from speedbench.results import (
     speedup_key,
     summarize_sweep,
     with_speedup,
+)
+from speedbench.run.level import LevelResult, load_level, measure_level, validate_items
+from speedbench.run.plan import (
+    check_concurrency,
+    config_identity,
+    engine_config,
+    first_per_category,
+    load_settings,
 )
 from speedbench.tokenize import PromptTokenizer
 
@@ -226,7 +226,7 @@ def run_sweep(
         config: The sweep form.
         target: The target's weights as the engine sees them (provisioned path or hub id).
         draft: The draft's weights, for methods that need one.
-        items: Split name -> prompts (:func:`speedbench.plan.sweep_items`).
+        items: Split name -> prompts (:func:`speedbench.run.plan.sweep_items`).
         tokenizer: The target's tokenizer.
         hooks: What the entry point adds; default :class:`DiskResume` unless ``config.force``.
     """

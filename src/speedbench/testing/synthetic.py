@@ -484,7 +484,14 @@ def serve_in_subprocess(
     """Run the server in its own process (its own core); yield its base URL; always stop it."""
     import httpx
 
-    cmd = [sys.executable, "-m", "speedbench.synthetic", "--port", str(port), *to_args(options)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "speedbench.testing.synthetic",
+        "--port",
+        str(port),
+        *to_args(options),
+    ]
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

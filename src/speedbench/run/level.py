@@ -7,7 +7,7 @@ A load point is a batch size (closed loop) or a request rate (open loop). A leve
     records.parquet  consolidated at the end of the level
     metrics.json     the level's :class:`~speedbench.results.LevelMetrics`
 
-The sweep runner (:mod:`speedbench.sweep`) calls :func:`measure_level` for every point of its
+The sweep runner (:mod:`speedbench.run.sweep`) calls :func:`measure_level` for every point of its
 grid; this module knows nothing of grids, MLflow or Prefect.
 """
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -23,14 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from speedbench import contention
 from speedbench.client.loadgen import LoadResult, LoadSettings, WorkItem, engine_gone
 from speedbench.client.run import reset_prefix_cache, run_load
 from speedbench.config import EngineConfig
 from speedbench.engines.base import EngineError
 from speedbench.engines.docker import remote_host
 from speedbench.engines.running import RunningEngine, log_tail
-from speedbench.host import format_cpu_list, keep_off
+from speedbench.hostcheck import contention
+from speedbench.hostcheck.cpu import format_cpu_list, keep_off
 from speedbench.metrics.goodput import LatencyObjectives
 from speedbench.metrics.summary import summarize_level
 from speedbench.records import RecordSink, RequestRecord, write_parquet
@@ -39,45 +38,6 @@ from speedbench.secrets import redacted_engine
 from speedbench.tokenize import PromptTokenizer, check_token_ids
 
 log = logging.getLogger(__name__)
-
-# Settings that make vLLM usable on a small CPU host (see docs/machines.md, "vLLM on CPU").
-# No worker processes beside the engine core (the uni executor), and a KV cache sized for a
-# 24 GiB host; a host with less memory sets VLLM_CPU_KVCACHE_SPACE (GiB) in its environment.
-# The context limit of the CPU engines (vLLM, llama.cpp): prompts and answers of the qualitative
-# split fit; the long throughput tiers raise it.
-CPU_CONTEXT = 4096
-CPU_VLLM_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "4"}
-CPU_VLLM_ARGS = [
-    "--enforce-eager",
-    "--distributed-executor-backend",
-    "uni",
-    # On the CPU this flag reserves host memory; vLLM refuses to start when NUMA node 0
-    # has less free than asked.
-    "--gpu-memory-utilization",
-    "0.3",
-]
-
-
-def kv_cache_override() -> dict[str, str]:
-    """The host's own VLLM_CPU_KVCACHE_SPACE, where it sets one."""
-    space = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
-    return {"VLLM_CPU_KVCACHE_SPACE": space} if space else {}
-
-
-def cpu_vllm_engine(model: str, port: int = 8000, **overrides: Any) -> EngineConfig:
-    """EngineConfig of the embedded default: vLLM's CPU build as a local process."""
-    fields: dict[str, Any] = {
-        "kind": "vllm",
-        "model": model,
-        "launcher": "local",
-        "port": port,
-        "dtype": "float32",
-        "max_model_len": CPU_CONTEXT,
-        "extra_args": CPU_VLLM_ARGS,
-        "env": {**CPU_VLLM_ENV, **kv_cache_override()},
-    }
-    fields.update(overrides)
-    return EngineConfig(**fields)
 
 
 def check_alive(running: RunningEngine, when: str) -> None:

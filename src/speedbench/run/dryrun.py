@@ -18,7 +18,7 @@ from speedbench.config import EngineConfig, SpecConfig, SweepConfig
 from speedbench.engines.base import EngineError, get_engine
 from speedbench.engines.containers import container_spec
 from speedbench.engines.docker import container_options
-from speedbench.plan import check_concurrency, engine_config, load_settings
+from speedbench.run.plan import check_concurrency, engine_config, load_settings
 from speedbench.secrets import redact, redact_args
 
 # Token ids stand in for a prompt: the shape of the body is the point, not its prompt.

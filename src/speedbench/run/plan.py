@@ -1,6 +1,6 @@
 """What a sweep needs from its form before any engine starts: prompts, engine, identities.
 
-The sweep runner (:mod:`speedbench.sweep`) and the Prefect flow read a :class:`SweepConfig`
+The sweep runner (:mod:`speedbench.run.sweep`) and the Prefect flow read a :class:`SweepConfig`
 through these functions. Everything here is checked up front, so a bad parameter or a missing
 split fails in a second, not after a GPU has been reserved and an engine has loaded.
 """
@@ -17,8 +17,8 @@ from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import ConfigError, EngineConfig, SpecConfig, SweepConfig
 from speedbench.data.prompts import PromptRow, PromptSetError, load_prompt_file, mtbench_prompts
 from speedbench.engines.base import get_engine
-from speedbench.level import CPU_CONTEXT, cpu_vllm_engine
-from speedbench.models import resolve_dtype
+from speedbench.engines.vllm import CPU_CONTEXT, cpu_vllm_engine
+from speedbench.provision.models import resolve_dtype
 
 SPLIT_STAGES = {"qualitative": "build_qualitative", "throughput": "build_throughput"}
 

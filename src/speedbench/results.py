@@ -313,7 +313,7 @@ class ViewSummary(Result):
                 ViewFigures`: the same attributes).
             per_category: Each category's figures under the same view.
         """
-        has_ar = view.view not in ("server",) and any(a is not None for a in view.conditional_ar)
+        has_ar = any(a is not None for a in view.conditional_ar)  # none for server, SGLang
         has_units = view.units != "none"
 
         def category(c: Any) -> CategoryAL:
@@ -354,6 +354,21 @@ class ViewSummary(Result):
                 "by_category": {"__all__": {"al_request_mean_ci"}},
             },
         )
+
+
+def view_summaries(views: dict[str, Any], per_category: dict[str, Any]) -> dict[str, ViewSummary]:
+    """Every view of a level as :class:`ViewSummary`, from its overall and per-category views.
+
+    Args:
+        views: The level's views by name.
+        per_category: Category -> that category's views by name.
+    """
+    return {
+        name: ViewSummary.of(
+            view, {c: by_view[name] for c, by_view in per_category.items() if name in by_view}
+        )
+        for name, view in views.items()
+    }
 
 
 def _interval(ci: Any) -> Interval | None:
@@ -416,7 +431,7 @@ class SummaryRow(Result):
         """Whether this level drafted (the no-SD baseline is labelled ``none``)."""
         return self.config != "none"
 
-    def figure(self, view: str, name: str) -> Figure:
+    def figure(self, view: str, name: str) -> Any:
         """One figure of one view; None where the level lacks the view or the view the figure.
 
         ``figure("speed_bench", "al_request_mean")`` is SPEED-Bench's Average_AL.
@@ -491,13 +506,9 @@ class SummaryRow(Result):
         if metrics.repeats is not None:
             row.repeats = metrics.repeats.count
             row.spread = dict(metrics.repeats.spread)
-        row.views = {
-            name: ViewSummary.of(
-                view,
-                {c: e.views[name] for c, e in metrics.per_category.items() if name in e.views},
-            )
-            for name, view in o.views.items()
-        }
+        row.views = view_summaries(
+            o.views, {c: entry.views for c, entry in metrics.per_category.items()}
+        )
         if metrics.host is not None:
             row.host_others_fraction = metrics.host.others_fraction
             row.host_flagged = metrics.host.flagged

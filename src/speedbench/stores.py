@@ -141,7 +141,7 @@ class TeamStores:
         state = self._state()
         for key in ("prefect_pid", "mlflow_pid"):
             pid = state.get(key)
-            if _alive(pid):
+            if pid is not None and _alive(pid):
                 os.killpg(pid, signal.SIGTERM)
                 _wait_gone(pid)
         (self.root / STATE_FILE).unlink(missing_ok=True)

@@ -123,7 +123,7 @@ class LoadResult:
     records: list[RequestRecord]
     counters: SpecCounters | None
     duration_s: float
-    extras: dict[str, object] = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)
 
     @property
     def aborted(self) -> str | None:
@@ -391,7 +391,7 @@ async def run_in_process(
         )
     finally:
         bar.close()
-    extras: dict[str, object] = {"client": client_report([monitor])}
+    extras: dict[str, Any] = {"client": client_report([monitor])}
     if claims.reason:
         extras["aborted"] = claims.reason
     return LoadResult(records, None, monitor.wall_s, extras)

@@ -80,7 +80,7 @@ class DraftCountSteps:
 
     def place(self, totals: tuple[int, int] | None, n_tokens: int) -> tuple[int, list[int]]:
         """Tokens that join the previous chunk, and the sizes of the new chunks, in order."""
-        joined, new = 0, []
+        joined, new = 0, list[int]()
         for _ in range(n_tokens):
             if self.tokens_due > 0:
                 self.tokens_due -= 1

@@ -126,7 +126,7 @@ def python_site_packages() -> Iterator[Document]:
             parts = set(f.parts)
             if f.suffix != ".py" or parts & {"tests", "test", "testing"}:
                 continue
-            path = Path(dist.locate_file(f))
+            path = Path(str(dist.locate_file(f)))
             try:
                 text = path.read_text(encoding="utf-8").strip()
             except (OSError, UnicodeDecodeError):

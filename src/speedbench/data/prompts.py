@@ -100,9 +100,9 @@ def load_prompt_file(path: str | Path) -> list[PromptRow]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
+        line_no, byte = data.count(b"\n", 0, exc.start) + 1, data[exc.start]
         raise PromptSetError(
-            f"{path} line {line}: not UTF-8 (byte {data[exc.start]:#04x} at offset {exc.start}); "
+            f"{path} line {line_no}: not UTF-8 (byte {byte:#04x} at offset {exc.start}); "
             "save the prompt file as UTF-8"
         ) from None
     for n, line in enumerate(text.splitlines(), start=1):

@@ -90,7 +90,7 @@ def draw_pools(rows: list[PromptRow], params: QualitativeParams) -> dict[str, li
     by_cat: dict[str, dict[str, list[PromptRow]]] = {}
     for r in rows:
         by_cat.setdefault(r.category, {}).setdefault(r.source, []).append(r)
-    pools = {}
+    pools: dict[str, list[PromptRow]] = {}
     for cat in params.categories:
         per_source = by_cat.get(cat, {})
         quota = allocate({s: len(v) for s, v in per_source.items()}, params.pool_size)

@@ -32,7 +32,7 @@ from speedbench.data.sources.base import content_id
 from speedbench.tokenize import PromptTokenizer
 
 THROUGHPUT_COLUMNS = [*SPLIT_COLUMNS, "isl_tokens", "entropy_tier"]
-DEFAULT_TIERS: dict[str, list[str]] = {
+DEFAULT_TIERS: dict[Tier, list[str]] = {
     "low": ["python_stdlib"],
     "mixed": ["python_docs", "pydoc_topics", "squad_articles", "wiki_paragraphs"],
     "high": ["minute_mysteries", "xsum_news", "topical_chat", "mlsum_news"],

@@ -43,7 +43,7 @@ question) mean and token-weighted, with bootstrap intervals where per-request da
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -162,7 +162,7 @@ def _figures(
     view: str,
     k: int,
     units: str,
-    per_unit: dict[str, Sequence[int]],
+    per_unit: Mapping[str, Sequence[int]],
     left_out: dict[str, int],
 ) -> ViewFigures:
     """A view from per-unit step lengths (tokens per step), units keyed by id."""

@@ -179,7 +179,8 @@ class Prediction:
 
 def usable(records: Sequence[RequestRecord]) -> tuple[list[RequestRecord], dict[str, int]]:
     """The baseline requests the oracle can replay, and how many it could not, by reason."""
-    kept, left = [], defaultdict(int)
+    kept: list[RequestRecord] = []
+    left: defaultdict[str, int] = defaultdict(int)
     for r in measured(records):
         if not r.ok:
             left["failed"] += 1

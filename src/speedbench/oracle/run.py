@@ -34,6 +34,7 @@ from speedbench.config import EngineConfig, SweepConfig
 from speedbench.oracle.predict import (
     NGRAM_MAX,
     NGRAM_MIN,
+    OracleDrafter,
     OracleK,
     OracleLevel,
     best_k,
@@ -86,7 +87,7 @@ def _measured_rows(summary: SweepSummary, drafter: str, split: str, k: int) -> l
 
 def oracle_level(
     records_dir: Path,
-    drafter: str,
+    drafter: OracleDrafter,
     split: str,
     batch_size: int,
     ks: Sequence[int],
@@ -126,7 +127,7 @@ def oracle_level(
         prediction, drafter, by_k, str(records_dir), draft_model=draft_model, dtype=dtype
     )
     level = level.model_copy(update={"split": split, "batch_size": batch_size})
-    best = {bs: k for bs in sizes if (k := best_k(by_k, bs)) is not None}
+    best = {bs: best_at for bs in sizes if (best_at := best_k(by_k, bs)) is not None}
     return level.model_copy(update={"best_k": best})
 
 

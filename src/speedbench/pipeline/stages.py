@@ -19,7 +19,7 @@ from typing import Any
 
 from speedbench.config import ConfigError, SweepConfig, load_config
 from speedbench.oracle.predict import OracleK, OracleLevel
-from speedbench.results import SCHEMA_VERSION, SummaryRow, SweepSummary, ViewSummary
+from speedbench.results import SCHEMA_VERSION, SummaryRow, SweepSummary, view_summaries
 
 ACCEPTANCE_FILE = "acceptance.json"
 PROVENANCE_FILE = "provenance.json"
@@ -98,12 +98,8 @@ def oracle_views(figures: OracleK) -> dict[str, dict[str, Any]]:
     So verify-reference judges predicted levels by the same rules as measured ones (exact where
     exactness is promised, else the paired test over per-question AL).
     """
-    return {
-        name: ViewSummary.of(
-            view, {c: views[name] for c, views in figures.per_category.items() if name in views}
-        ).figures()
-        for name, view in figures.views.items()
-    }
+    summaries = view_summaries(figures.views, figures.per_category)
+    return {name: view.figures() for name, view in summaries.items()}
 
 
 def oracle_acceptance(levels: list[OracleLevel]) -> dict[str, Any]:
@@ -141,7 +137,7 @@ def write_stage_metrics(
     """acceptance.json, throughput.json, conditional_ar.csv and provenance.json of a stage.
 
     With ``oracle`` levels, their acceptance joins acceptance.json (one key per k) and their
-    break-even figures go to oracle.json (``{}`` without them).
+    break-even figures go to oracle.json (no levels without them).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     prov = out_dir / PROVENANCE_FILE

@@ -184,7 +184,7 @@ def convert_gguf(gguf: Path, out_dir: Path, dtype: str, sha256: str) -> Path:
     )
     # The weights are already dequantised in memory; dropping the GGUF "quantizer" lets
     # transformers save them as plain safetensors that any engine loads.
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]  # transformers types it non-optional
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     out_dir.mkdir(parents=True, exist_ok=True)

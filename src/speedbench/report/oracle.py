@@ -32,11 +32,11 @@ def al_by_k_table(level: OracleLevel) -> list[str]:
     """Category_AL (speed_bench view, 95 % interval) per category, one column per k."""
     ks = [f.k for f in level.by_k]
     cats = sorted({c for f in level.by_k for c in f.per_category})
-    counts = {c: (level.by_k[0].per_category[c].get("speed_bench") or None) for c in cats}
+    counts = {c: level.by_k[0].per_category[c].get("speed_bench") for c in cats}
     head = "| category (n) | " + " | ".join(f"k={k}" for k in ks) + " |"
     lines = [head, "|---|" + "---|" * len(ks)]
     for c in cats:
-        n = counts[c].count if counts[c] is not None else 0
+        n = view_0.count if (view_0 := counts[c]) is not None else 0
         cells = []
         for f in level.by_k:
             view = f.per_category.get(c, {}).get("speed_bench")

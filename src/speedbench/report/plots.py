@@ -75,8 +75,8 @@ def plot_pareto(summary: SweepSummary, path: str | Path) -> Path | None:
         return None
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, rows in curves.items():
-        xs = [r.per_user_tok_s for r in rows]
-        ys = [r.output_throughput_tok_s for r in rows]
+        xs = [r.per_user_tok_s or 0.0 for r in rows]  # _curves kept rows where both are set
+        ys = [r.output_throughput_tok_s or 0.0 for r in rows]
         ax.plot(xs, ys, marker="o", label=label)
         for r, x, y in zip(rows, xs, ys, strict=True):
             ax.annotate(f"bs{r.batch_size}", (x, y), textcoords="offset points", xytext=(4, 4))
@@ -124,7 +124,8 @@ def plot_speedup(summary: SweepSummary, path: str | Path) -> Path | None:
         return None
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, rows in curves.items():
-        ax.plot([r.batch_size for r in rows], [r.speedup for r in rows], "o-", label=label)
+        speedups = [r.speedup or 0.0 for r in rows]  # _curves kept rows with a speedup
+        ax.plot([r.batch_size for r in rows], speedups, "o-", label=label)
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("batch size (concurrent streams)")

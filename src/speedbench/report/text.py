@@ -190,11 +190,11 @@ LOSSLESS_NOTE = (
 
 def lossless_verdict(summary: SweepSummary) -> list[str]:
     """One line when greedy SD was not lossless on this host's dtype (else none)."""
-    rows = [r for r in summary.levels if r.lossless is not None and r.lossless.compared]
-    differ = sum(r.lossless.compared - r.lossless.matched for r in rows)  # type: ignore[union-attr]
+    checks = [r.lossless for r in summary.levels if r.lossless is not None and r.lossless.compared]
+    differ = sum(check.compared - check.matched for check in checks)
     if not differ:
         return []
-    total = sum(r.lossless.compared for r in rows)  # type: ignore[union-attr]
+    total = sum(check.compared for check in checks)
     dtype = summary.provenance.get("dtype")
     where = (
         f"in {dtype}, SD is not lossless on this host"
@@ -463,8 +463,8 @@ def format_summary(summary: SweepSummary) -> str:
             f"{'config':>{config_w}} {'load':>8} " + " ".join(f"{c:>{width}}" for c in cats)
         )
         for r in sd_rows:
-            cells = " ".join(_cell(r.category_al.get(c), width) for c in cats)
-            lines.append(f"{_row_name(r, summary):>{config_w}} {r.load:>8} {cells}")
+            by_cat = " ".join(_cell(r.category_al.get(c), width) for c in cats)
+            lines.append(f"{_row_name(r, summary):>{config_w}} {r.load:>8} {by_cat}")
     if note := fewer_turns_note(summary):
         lines += ["", *note]
     if table := rate_table(summary):

@@ -131,7 +131,7 @@ def merge_runs(runs: Sequence[LoadResult]) -> LoadResult:
     if reports[0] is not None:
         warnings = [rep.get("warning") for rep in reports if isinstance(rep, dict)]
         extras["client"] = {
-            **reports[0],  # type: ignore[dict-item]
+            **reports[0],
             "warning": next((w for w in warnings if w), None),
             "per_repeat": reports,
         }
@@ -209,7 +209,7 @@ def measure_level(
         result.records,
         result.counters,
         running.spec.num_speculative_tokens,
-        server_al=result.extras.get("server_al"),  # type: ignore[arg-type]
+        server_al=result.extras.get("server_al"),
         objectives=objectives,
         eos_id=eos_id,
     )

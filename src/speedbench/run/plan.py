@@ -112,7 +112,7 @@ def engine_config(sweep: SweepConfig, target: str) -> EngineConfig:
     without native bf16 is emulated (0.87x the float32 speed on an AVX2 host,
     ``benchmarks/dtype.py``) and gives other numerics than the provisioned weights.
     """
-    where = {
+    where: dict[str, Any] = {
         "launcher": sweep.launcher,
         "host": sweep.host,
         "port": sweep.port,

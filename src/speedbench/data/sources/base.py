@@ -32,7 +32,7 @@ Category = Literal[
     "reasoning",
     "qa",
 ]
-CATEGORIES: tuple[str, ...] = get_args(Category)
+CATEGORIES: tuple[Category, ...] = get_args(Category)
 BadRowPolicy = Literal["skip", "fail"]
 RawRows = Iterator[tuple[str, dict[str, Any]]]
 

@@ -88,8 +88,10 @@ def _examples(member: str, task: dict[str, Any]) -> Iterator[tuple[str, dict[str
     for i, ex in enumerate(task.get("examples", [])):
         # Some tasks put an id in "comment", others a free-text note; only an id-like one is used.
         comment = ex.get("comment") if isinstance(ex, dict) else None
-        is_id = isinstance(comment, str) and comment and " " not in comment
-        yield (comment if is_id else f"{stem.split('/')[-1]}-{i}"), ex
+        if isinstance(comment, str) and comment and " " not in comment:
+            yield comment, ex
+        else:
+            yield f"{stem.split('/')[-1]}-{i}", ex
 
 
 def _instruct(instruction: str, field: str = "input", sub: str = "") -> Callable[..., Prompts]:

@@ -39,3 +39,17 @@ def test_a_cycle_hidden_in_a_function_is_found(tmp_path):
     (pkg / "client" / "c.py").write_text("from typing import TYPE_CHECKING\n" + only_for_types)
     (pkg / "client" / "d.py").write_text("from . import c\n")  # relative, one way: no cycle
     assert cycles(import_graph(tmp_path)) == [["speedbench.client.a", "speedbench.client.b"]]
+
+
+def test_the_repository_root_is_the_checkout_wherever_a_module_moves():
+    # A module that found the root by counting parent folders wrote its cache into src/ once
+    # it moved a folder deeper; every path below the checkout now hangs from one REPO_ROOT.
+    from speedbench import REPO_ROOT
+    from speedbench.engines.base import DEFAULT_ENGINE_PYTHON
+    from speedbench.engines.llamacpp import DEFAULT_SERVER
+    from speedbench.provision.pypi import CACHE_ROOT
+
+    assert REPO_ROOT == ROOT and (ROOT / "pyproject.toml").exists()
+    assert CACHE_ROOT == ROOT / ".cache"
+    assert DEFAULT_ENGINE_PYTHON == ROOT / ".venv-engine" / "bin" / "python"
+    assert DEFAULT_SERVER == ROOT / ".llama.cpp" / "bin" / "llama-server"

@@ -17,10 +17,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
+from speedbench import REPO_ROOT
 from speedbench.config import ENGINE_KINDS, EngineConfig, SpecConfig
 from speedbench.metrics.acceptance import SpecCounters
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_ENGINE_PYTHON = REPO_ROOT / ".venv-engine" / "bin" / "python"
 # Where a container sees the launch files (an options YAML) the Docker launcher copies in; a
 # local launch writes them beside its log and passes that folder instead.

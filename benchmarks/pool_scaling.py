@@ -23,10 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from speedbench.config import SweepConfig
 from speedbench.engines.local import free_port
 from speedbench.hostcheck.cpu import cpu_info
 from speedbench.stores import StorePorts, TeamStores
+from speedbench.sweep_config import SweepConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 POOL = "scaling"
@@ -75,8 +75,8 @@ def run_once(
             if r.name.startswith(f"{config.name}: ") and r.total_run_time
         ]
     children = sum(r.total_run_time.total_seconds() for r in runs)
-    mlflow = MlflowClient(config.tracking_uri)
-    experiment = mlflow.get_experiment_by_name(config.experiment).experiment_id
+    mlflow = MlflowClient(config.output.tracking_uri)
+    experiment = mlflow.get_experiment_by_name(config.output.experiment).experiment_id
     levels = mlflow.search_runs(
         [experiment], filter_string=f"tags.mlflow.parentRunId = '{summary.parent_run_id}'"
     )
@@ -111,19 +111,21 @@ def main() -> None:
         with temporary_settings({PREFECT_API_URL: uris["PREFECT_API_URL"], PREFECT_HOME: home}):
             deploy(POOL)
             for cores in ([0], [0, 1]):
-                config = SweepConfig(
-                    name=f"scaling-{len(cores)}",
-                    model=target,
-                    methods=["none", "ngram"],
-                    draft_lengths=[1, 2, 3],
-                    batch_sizes=[1],
-                    splits=["mtbench"],
-                    limit=args.limit,
-                    output_len=args.output_len,
-                    dtype="float32",
-                    tracking_uri=uris["MLFLOW_TRACKING_URI"],
-                    experiment=f"scaling-{len(cores)}",
-                    out_dir=str(root / "out"),
+                config = SweepConfig.model_validate(
+                    {
+                        "name": f"scaling-{len(cores)}",
+                        "model": target,
+                        "methods": ["none", "ngram"],
+                        "draft_lengths": [1, 2, 3],
+                        "batch_sizes": [1],
+                        "splits": ["mtbench"],
+                        "limit": args.limit,
+                        "output_len": args.output_len,
+                        "dtype": "float32",
+                        "tracking_uri": uris["MLFLOW_TRACKING_URI"],
+                        "experiment": f"scaling-{len(cores)}",
+                        "out_dir": str(root / "out"),
+                    }
                 )
                 shots = args.screenshots if len(cores) == 2 else None
                 results[len(cores)] = run_once(config, cores, uris["PREFECT_API_URL"], home, shots)

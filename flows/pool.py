@@ -40,7 +40,7 @@ from pydantic import Field
 
 from flows.sweep import TrackedHooks, prepared
 from flows.sync import synchronous
-from speedbench.config import EngineConfig, SpecConfig, SweepConfig
+from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineError
 from speedbench.engines.launchers import OpenEngine
 from speedbench.hostcheck.cpu import ENGINE_CPUS_ENV
@@ -53,6 +53,7 @@ from speedbench.run.plan import (
     sweep_items,
 )
 from speedbench.run.sweep import GridPoint, run_grid, run_sweep
+from speedbench.sweep_config import SweepConfig
 from tasks.summary import close_sweep, write_category_table
 from tasks.tracking import CONFIG_HASH_TAG, Tracker
 
@@ -67,7 +68,7 @@ ZOMBIE_AUTOMATION = "speedbench: crash flow runs whose host went silent"
 def with_host_facts(config: SweepConfig) -> SweepConfig:
     """The form with what the worker's host says about itself (its engine port)."""
     port = os.environ.get(PORT_ENV)
-    return config.model_copy(update={"port": int(port)}) if port else config
+    return config.with_fields(port=int(port)) if port else config
 
 
 @flow(name=CHILD_FLOW, log_prints=True)
@@ -85,7 +86,7 @@ def measure_config(
     """
     config = with_host_facts(config)
     target, tokenizer, items, draft = prepared(config)
-    tracker = Tracker(config.tracking_uri, config.experiment)
+    tracker = Tracker(config.output.tracking_uri, config.output.experiment)
     hooks = TrackedHooks(config, tracker, parent_run_id)
     summary = run_sweep(config, target, draft, items, tokenizer, hooks)
     if summary.failures:
@@ -159,16 +160,16 @@ def gather(
         engine,
         config.spec_configs(),
         sweep_items(config),
-        config.batch_sizes,
-        Path(config.out_dir) / config.name,
+        config.load.batch_sizes,
+        Path(config.output.out_dir) / config.name,
         settings=load_settings(config),
         hooks=hooks,
         identity=lambda spec, split, bs, rate: config_identity(
             config, engine, spec, split, bs, rate
         ),
-        request_rates=config.request_rates,
-        rate_sweep=config.rate_sweep,
-        per_category=config.prompts_per_category,
+        request_rates=config.load.request_rates,
+        rate_sweep=config.load.rate_sweep,
+        per_category=config.prompts.per_category_at,
     )
     # Each configuration ran on its worker's host: the parent's own CPU says nothing about them.
     summary.provenance.pop("host_cpu", None)
@@ -198,14 +199,14 @@ def pool_sweep(
     pool: Annotated[str, Field(description="The work pool whose workers measure.")] = "speedbench",
 ) -> SweepSummary:
     """Measure a sweep's SD configurations in parallel on a work pool's engine hosts."""
-    tracker = Tracker(config.tracking_uri, config.experiment)
-    parent = tracker.start_parent(config.name, json.loads(config.model_dump_json()))
+    tracker = Tracker(config.output.tracking_uri, config.output.experiment)
+    parent = tracker.start_parent(config.name, config.flat())
     try:
         missing = {f.config for f in gather(config, tracker, parent).failures}
         children = [(label, c) for label, c in per_config_forms(config) if label in missing]
         ended: dict[str, str] = {}
         waves = [children]
-        if config.rate_sweep:  # the swept rates follow from the baseline's levels
+        if config.load.rate_sweep:  # the swept rates follow from the baseline's levels
             waves = [
                 [c for c in children if c[0] == "none"],
                 [c for c in children if c[0] != "none"],
@@ -218,7 +219,7 @@ def pool_sweep(
         tracker.abort_parent(parent, "FAILED", f"{type(exc).__name__}: {exc}")
         raise
     tracker.set_tags(parent, {"speedbench.dispatched": ",".join(sorted(ended)) or "-"})
-    out = Path(config.out_dir) / config.name
+    out = Path(config.output.out_dir) / config.name
     table = write_category_table(tracker, parent, out)
     files = [Path(p) for p in summary.plots] + [out / "summary.json"]
     close_sweep(tracker, parent, summary, files + ([table] if table else []))

@@ -35,11 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     def run() -> SweepSummary:
         config = stage_sweep(load_params(args.params), args.stage, args.results)
         if args.force:
-            config = config.model_copy(update={"force": True})
+            config = config.with_fields(force=True)
         from flows.sweep import sweep
 
         summary = sweep(config)
-        oracle = read_oracle(Path(config.out_dir) / config.name)
+        oracle = read_oracle(Path(config.output.out_dir) / config.name)
         for path in write_stage_metrics(summary, Path(args.metrics) / config.name, oracle):
             print(f"wrote {path}")
         print(f"MLflow: parent run {summary.parent_run_id} in {summary.tracking_uri}")

@@ -10,7 +10,6 @@ sweep ends with tables and plots on the parent run.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 from collections.abc import Sequence
@@ -20,7 +19,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from speedbench.client.loadgen import LoadSettings, WorkItem
-from speedbench.config import EngineConfig, SpecConfig, SweepConfig, load_params
+from speedbench.config import EngineConfig, SpecConfig, load_params
 from speedbench.engines.launchers import OpenEngine
 from speedbench.engines.running import RunningEngine
 from speedbench.hostcheck.cpu import ENGINE_CPUS_ENV
@@ -30,6 +29,7 @@ from speedbench.results import SummaryRow, SweepSummary
 from speedbench.run.level import LevelResult, validate_items
 from speedbench.run.plan import dataset_revision, sweep_items
 from speedbench.run.sweep import GridPoint, SweepHooks, finished_on_disk, run_sweep, stamp_identity
+from speedbench.sweep_config import SweepConfig
 from speedbench.tokenize import PromptTokenizer
 from tasks.engine import start_engine
 from tasks.level import LEVEL_ARTIFACTS, log_failure, log_level, run_level
@@ -50,8 +50,8 @@ def prepare_prompts(config: SweepConfig, tokenizer: PromptTokenizer) -> dict[str
 # The form's default is the main job's qualitative stage, read from the project's params.yaml
 # (one place for its grid), under its own name and output folder.
 PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
-EMBEDDED_SWEEP = stage_sweep(load_params(PARAMS), "measure_qualitative").model_copy(
-    update={"name": "embedded", "out_dir": "results/sweeps"}
+EMBEDDED_SWEEP = stage_sweep(load_params(PARAMS), "measure_qualitative").with_fields(
+    name="embedded", out_dir="results/sweeps"
 )
 
 
@@ -62,7 +62,7 @@ class TrackedHooks(SweepHooks):
         self.config = config
         self.tracker = tracker
         self.parent = parent
-        self.done = {} if config.force else tracker.completed()
+        self.done = {} if config.output.force else tracker.completed()
         self.resumed_runs: list[str] = []
         self.version = "unknown"
 
@@ -107,7 +107,7 @@ class TrackedHooks(SweepHooks):
     def level_done(self, point: GridPoint, level: LevelResult, row: SummaryRow) -> None:
         """A child run with the level's metrics (FAILED if the engine died during it)."""
         revision = dataset_revision(
-            point.split, self.config.data_dir, prompt_file=self.config.prompt_file
+            point.split, self.config.prompts.data_dir, prompt_file=self.config.prompts.prompt_file
         )
         extra = {
             "engine_version": self.version,
@@ -144,12 +144,12 @@ def prepared(
     config: SweepConfig,
 ) -> tuple[str, PromptTokenizer, dict[str, list[WorkItem]], str | None]:
     """The target's weights and tokenizer, the checked prompts and the draft's weights."""
-    target = provision_model(config.model, config.dtype)
+    target = provision_model(config.model, config.engine.dtype)
     tokenizer = PromptTokenizer.from_pretrained(
-        provision_model(config.tokenizer, config.dtype) if config.tokenizer else target
+        provision_model(config.tokenizer, config.engine.dtype) if config.tokenizer else target
     )
     items = prepare_prompts(config, tokenizer)
-    draft = provision_model(config.draft_model, config.dtype) if config.draft_model else None
+    draft = provision_model(config.draft_model, config.engine.dtype) if config.draft_model else None
     return target, tokenizer, items, draft
 
 
@@ -157,8 +157,8 @@ def prepared(
 def sweep(config: SweepConfig = EMBEDDED_SWEEP) -> SweepSummary:
     """Measure a grid of SD configurations on one target; returns the sweep summary."""
     target, tokenizer, items, draft = prepared(config)
-    tracker = Tracker(config.tracking_uri, config.experiment)
-    parent = tracker.start_parent(config.name, json.loads(config.model_dump_json()))
+    tracker = Tracker(config.output.tracking_uri, config.output.experiment)
+    parent = tracker.start_parent(config.name, config.flat())
     hooks = TrackedHooks(config, tracker, parent)
     try:
         summary = run_sweep(config, target, draft, items, tokenizer, hooks)
@@ -171,7 +171,7 @@ def sweep(config: SweepConfig = EMBEDDED_SWEEP) -> SweepSummary:
         raise
     if hooks.resumed_runs:
         tracker.set_tags(parent, {"speedbench.resumed_runs": ",".join(hooks.resumed_runs)})
-    out = Path(config.out_dir) / config.name
+    out = Path(config.output.out_dir) / config.name
     table = write_category_table(tracker, parent, out)
     oracle = read_oracle(out)
     files = [Path(p) for p in summary.plots] + [out / "summary.json"] + oracle_paths(out)
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     def run() -> SweepSummary:
         config = load_config(SweepConfig, read_config_file(args.config))
         if args.force:
-            config = config.model_copy(update={"force": True})
+            config = config.with_fields(force=True)
         return sweep(config)
 
     return finish(run)

@@ -28,16 +28,16 @@ TIMINGS_ENV = "SPEEDBENCH_TEST_TIMINGS"
 # Seconds per file on the 2-core AVX2-only host (fresh-clone CI run); the order to start files
 # in when this checkout has no timings of its own yet. Longest first balances the workers.
 SECONDS_HINT = {
-    "tests/integration/test_fault_tolerance.py": 400,
-    "tests/integration/test_reproduce.py": 360,
-    "tests/integration/test_vllm_qwen.py": 330,
-    "tests/integration/test_docker.py": 296,
-    "tests/integration/test_sweep_flow.py": 270,
-    "tests/integration/test_vllm_exact.py": 143,
-    "tests/integration/test_sweep_failures.py": 87,
-    "tests/integration/test_launcher_failures.py": 26,
-    "tests/integration/test_throughput_build.py": 22,
-    "tests/integration/test_qualitative_build.py": 22,
+    "tests/integration/run/test_fault_tolerance.py": 400,
+    "tests/integration/pipeline/test_reproduce.py": 360,
+    "tests/integration/engines/test_vllm_qwen.py": 330,
+    "tests/integration/engines/test_docker.py": 296,
+    "tests/integration/flows/test_sweep_flow.py": 270,
+    "tests/integration/engines/test_vllm_exact.py": 143,
+    "tests/integration/run/test_sweep_failures.py": 87,
+    "tests/integration/engines/test_launcher_failures.py": 26,
+    "tests/integration/data/test_throughput_build.py": 22,
+    "tests/integration/data/test_qualitative_build.py": 22,
 }
 CACHE_KEY = "speedbench/file_seconds"
 

@@ -18,18 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
-from speedbench.config import (
-    ConfigError,
-    SweepConfig,
-    load_config,
-    load_params,
-    read_config_file,
-)
+from speedbench.config import ConfigError, load_config, load_params, read_config_file
 from speedbench.data.prompts import write_prompt_file
 from speedbench.errors import finish
 from speedbench.provision.models import PACKAGED_MODELS, provision, resolve_dtype, resolve_model
 from speedbench.report.text import format_summary
+from speedbench.sweep_config import SweepConfig
 from speedbench.tokenize import PromptTokenizer
 
 DTYPES = ["auto", "float32", "bfloat16"]
@@ -198,7 +194,7 @@ def _sweep(args: argparse.Namespace) -> Any:
             "use `python -m flows.sweep --config FILE` for a tracked sweep"
         )
     config = load_config(SweepConfig, fields)
-    dtype = resolve_dtype(config.dtype)
+    dtype = resolve_dtype(config.engine.dtype)
     target = resolve_model(config.model, dtype=dtype)
     draft = resolve_model(config.draft_model, dtype=dtype) if config.draft_model else None
     tokenizer = PromptTokenizer.from_pretrained(
@@ -206,7 +202,7 @@ def _sweep(args: argparse.Namespace) -> Any:
     )
     summary = run_sweep(config, target, draft, sweep_items(config), tokenizer)
     print(format_summary(summary))
-    print(f"results: {(Path(config.out_dir) / config.name).resolve()}")
+    print(f"results: {(Path(config.output.out_dir) / config.name).resolve()}")
     for plot in summary.plots:
         print(f"plot: {plot}")
     return summary
@@ -275,9 +271,10 @@ def _plan(args: argparse.Namespace) -> Any:
     config = load_config(SweepConfig, fields)
     plans = sweep_launch_plans(config, config.model, config.draft_model)
     print(
-        f"# {config.engine} via {config.launcher}, batch sizes {config.batch_sizes}, splits "
-        f"{config.split_names}; nothing was started. Models are as named in the form: "
-        "speedbench passes packaged names' provisioned folders at launch."
+        f"# {config.engine.kind} via {config.engine.launcher}, batch sizes "
+        f"{config.load.batch_sizes}, splits {config.prompts.split_names}; nothing was started. "
+        "Models are as named in the form: speedbench passes packaged names' provisioned "
+        "folders at launch."
     )
     print(format_plans(plans))
     return plans
@@ -290,11 +287,18 @@ def add_model_flags(
 
     Flags carry no defaults and no validation of their own: what is given is validated by the
     model (one-line errors from :func:`speedbench.config.load_config`), and what is not takes
-    the model's default, shown in the help.
+    the model's default, shown in the help. A sectioned form's flags are grouped in the help
+    as its sections are in the Prefect UI.
     """
-    for name, field in model.model_fields.items():
+    groups: dict[str, Any] = {}
+    sections = getattr(model, "section_of", None)
+    for name, field in form_fields(model).items():
         if name in exclude:
             continue
+        section = sections(name) if sections else None
+        if section and section not in groups:
+            groups[section] = parser.add_argument_group(f"{section} section")
+        target = groups[section] if section else parser
         flag = "--" + name.replace("_", "-")
         default = field.get_default(call_default_factory=True)
         shown = "" if default is None else f" (default: {_show(default)})"
@@ -317,7 +321,7 @@ def add_model_flags(
                 kwargs["help"] += f"; one of: {', '.join(map(str, kwargs['choices']))}"
             elif inner in (int, float):
                 kwargs["type"] = inner
-        parser.add_argument(flag, **kwargs)
+        target.add_argument(flag, **kwargs)
 
 
 class MappingFlag(argparse.Action):
@@ -342,7 +346,13 @@ class MappingFlag(argparse.Action):
 
 def flags_given(args: argparse.Namespace, model: type[BaseModel]) -> dict[str, Any]:
     """The model's fields that were given on the command line."""
-    return {k: v for k, v in vars(args).items() if k in model.model_fields}
+    return {k: v for k, v in vars(args).items() if k in form_fields(model)}
+
+
+def form_fields(model: type[BaseModel]) -> dict[str, FieldInfo]:
+    """A form's fields by flag name: a sectioned form's flat names, else the model's fields."""
+    flat_fields = getattr(model, "flat_fields", None)
+    return flat_fields() if flat_fields else dict(model.model_fields)
 
 
 def _flag_type(annotation: Any) -> tuple[Any, bool]:

@@ -20,7 +20,7 @@ from tests.integration.conftest import FAULTS
 
 from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.client.run import run_load
-from speedbench.config import ConfigError, EngineConfig, SpecConfig, SweepConfig, load_config
+from speedbench.config import ConfigError, EngineConfig, SpecConfig, load_config
 from speedbench.config import load_params as read_params
 from speedbench.data.prompts import PromptSetError, load_prompt_file
 from speedbench.engines import get_engine
@@ -32,6 +32,7 @@ from speedbench.pipeline.stages import stage_sweep
 from speedbench.provision.models import ProvisionError, provision
 from speedbench.run.level import validate_items
 from speedbench.run.plan import load_split
+from speedbench.sweep_config import SweepConfig
 
 pytestmark = pytest.mark.integration
 
@@ -109,6 +110,16 @@ def _(tmp, url):
 @case("unknown-field")
 def _(tmp, url):
     return sweep(batchsizes=[1, 2])
+
+
+@case("unknown-section-field")
+def _(tmp, url):
+    return sweep(load={"batchsizes": [1, 2]})
+
+
+@case("field-given-twice")
+def _(tmp, url):
+    return sweep(batch_sizes=[1], load={"batch_sizes": [4]})
 
 
 @case("unknown-method")

@@ -9,11 +9,11 @@ from speedbench.config import (
     ConfigError,
     EngineConfig,
     SpecConfig,
-    SweepConfig,
     load_config,
     load_params,
 )
 from speedbench.results import SummaryRow, summarize_sweep
+from speedbench.sweep_config import SweepConfig
 
 BAD_CONFIGS = [
     # (model, data, expected fragment of the one-line message)
@@ -94,28 +94,28 @@ BAD_CONFIGS = [
     (
         SweepConfig,
         {"splits": ["qualitative", "throughput_4k"]},
-        "SweepConfig.splits.1: got 'throughput_4k'; allowed: 'qualitative', 'mtbench'",
+        "SweepConfig.prompts.splits.1: got 'throughput_4k'; allowed: 'qualitative', 'mtbench'",
     ),
-    (SweepConfig, {"splits": []}, "SweepConfig.splits: List should have at least 1 item"),
+    (SweepConfig, {"splits": []}, "SweepConfig.prompts.splits: List should have at least 1 item"),
     (
         SweepConfig,
         {"batch_sizes": []},
-        "SweepConfig: no load level: give batch_sizes, request_rates",
+        "SweepConfig.load: no load level: give batch_sizes, request_rates",
     ),
     (SweepConfig, {"batch_sizes": [0]}, "batch_sizes must all be >= 1, got [0]"),
     (SweepConfig, {"methods": ["none", "none"]}, "methods has duplicates"),
-    (SweepConfig, {"per_category": 0}, "SweepConfig.per_category: Input should be greater"),
+    (SweepConfig, {"per_category": 0}, "SweepConfig.prompts.per_category: Input should be greater"),
     (SweepConfig, {"methds": ["none"]}, "SweepConfig.methds: unknown field; allowed fields: name"),
     (
         SweepConfig,
         {"temperature": -1},
-        "SweepConfig.temperature: Input should be greater than or equal to 0 (got -1)",
+        "SweepConfig.protocol.temperature: Input should be greater than or equal to 0 (got -1)",
     ),
     (
         SweepConfig,
         {"output_len": "many"},
-        "SweepConfig.output_len: Input should be a valid integer, unable to parse string as an"
-        " integer (got 'many')",
+        "SweepConfig.protocol.output_len: Input should be a valid integer, unable to parse string"
+        " as an integer (got 'many')",
     ),
     (SweepConfig, {"methods": []}, "SweepConfig.methods: List should have at least 1 item"),
     (SweepConfig, ["not", "a", "mapping"], "SweepConfig: expected a mapping, got list"),
@@ -270,14 +270,16 @@ def test_cli_flags_are_the_form_fields_each_with_its_help():
 
     sweep = build_parser()._subparsers._group_actions[0].choices["sweep"]
     flags = {a.dest: a for a in sweep._actions if a.dest not in ("help", "config")}
-    assert set(flags) == set(SweepConfig.model_fields) - TRACKING_FIELDS
+    assert set(flags) == set(SweepConfig.flat_fields()) - TRACKING_FIELDS
     for name, action in flags.items():
-        assert action.help.startswith(SweepConfig.model_fields[name].description), name
+        assert action.help.startswith(SweepConfig.flat_fields()[name].description), name
     assert flags["methods"].choices == list(SPEC_METHODS)
     # Values are validated by the model alone, with its one-line message.
-    with pytest.raises(ConfigError, match=r"SweepConfig: batch_sizes must all be >= 1, got \[0\]"):
+    with pytest.raises(
+        ConfigError, match=r"SweepConfig.load: batch_sizes must all be >= 1, got \[0\]"
+    ):
         load_config(SweepConfig, {"batch_sizes": [0]})
-    assert _sweep_args("--batch-sizes", "1", "4", "--no-multiturn").batch_sizes == [1, 4]
+    assert _sweep_args("--batch-sizes", "1", "4", "--no-multiturn").load.batch_sizes == [1, 4]
 
 
 def test_a_prompt_file_is_measured_as_a_split_named_after_it(tmp_path):
@@ -287,7 +289,7 @@ def test_a_prompt_file_is_measured_as_a_split_named_after_it(tmp_path):
     rows = [{"question_id": f"q{i}", "category": c, "turns": ["Hi"]} for i, c in enumerate("aab")]
     path.write_text("\n".join(json.dumps(r) for r in rows))
     config = SweepConfig(prompt_file=str(path), categories=["a"])
-    assert config.split_names == ["my-prompts"]
+    assert config.prompts.split_names == ["my-prompts"]
     items = sweep_items(config)
     assert list(items) == ["my-prompts"] and [it.prompt_id for it in items["my-prompts"]] == [
         "q0",
@@ -330,3 +332,40 @@ def test_break_even_model_exact_values():
     assert draft.expected_speedup == pytest.approx(1.5)
     assert draft.measured_speedup == pytest.approx(0.9)
     assert no_baseline.draft_cost_ratio is None and no_baseline.expected_speedup is None
+
+
+def test_flat_names_and_sections_give_the_same_form():
+    flat = SweepConfig.model_validate(
+        {"engine": "sglang", "port": 9000, "batch_sizes": [1, 4], "out_dir": "o", "seed": 3}
+    )
+    nested = SweepConfig.model_validate(
+        {
+            "engine": {"kind": "sglang", "port": 9000},
+            "load": {"batch_sizes": [1, 4]},
+            "output": {"out_dir": "o"},
+            "protocol": {"seed": 3},
+        }
+    )
+    assert flat == nested
+    assert (flat.engine.kind, flat.engine.port, flat.load.batch_sizes) == ("sglang", 9000, [1, 4])
+    # flat() is the inverse, and a dumped form validates again.
+    assert SweepConfig.model_validate(flat.flat()) == flat
+    assert SweepConfig.model_validate(flat.model_dump()) == flat
+    assert flat.flat()["engine"] == "sglang" and flat.flat()["batch_sizes"] == [1, 4]
+    assert SweepConfig.section_of("batch_sizes") == "load"
+    assert SweepConfig.section_of("methods") is None
+    # A section passed as a model counts only what it was given.
+    from speedbench.sweep_config import EngineSection
+
+    mixed = SweepConfig(engine=EngineSection(kind="sglang"), port=9000)
+    assert (mixed.engine.kind, mixed.engine.port) == ("sglang", 9000)
+
+
+def test_with_fields_validates_what_it_changes():
+    form = SweepConfig(methods=["none", "ngram"], draft_lengths=[3])
+    assert form.with_fields(port=8123, force=True).engine.port == 8123
+    assert form.with_fields(force=True).output.force is True
+    with pytest.raises(ValidationError, match="less than or equal to 65535"):
+        form.with_fields(port=70000)
+    with pytest.raises(ValidationError, match="draft_lengths is required"):
+        form.with_fields(draft_lengths=[])

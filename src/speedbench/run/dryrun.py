@@ -14,12 +14,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from speedbench.config import EngineConfig, SpecConfig, SweepConfig
+from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineError, get_engine
 from speedbench.engines.containers import container_spec
 from speedbench.engines.docker import container_options
 from speedbench.run.plan import check_concurrency, engine_config, load_settings
 from speedbench.secrets import redact, redact_args
+from speedbench.sweep_config import SweepConfig
 
 # Token ids stand in for a prompt: the shape of the body is the point, not its prompt.
 EXAMPLE_PROMPT_IDS = (151644, 872, 198)
@@ -102,7 +103,7 @@ def sweep_launch_plans(sweep: SweepConfig, target: str, draft: str | None) -> li
         s.model_copy(update={"draft_model": draft or s.draft_model}) if s.draft_model else s
         for s in sweep.spec_configs()
     ]
-    check_concurrency(engine, specs, sweep.batch_sizes)
+    check_concurrency(engine, specs, sweep.load.batch_sizes)
     return [launch_plan(engine, spec, sweep) for spec in specs]
 
 

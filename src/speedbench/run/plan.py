@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from speedbench.client.loadgen import LoadSettings, WorkItem
-from speedbench.config import ConfigError, EngineConfig, SpecConfig, SweepConfig
+from speedbench.config import ConfigError, EngineConfig, SpecConfig
 from speedbench.data.prompts import PromptRow, PromptSetError, load_prompt_file, mtbench_prompts
 from speedbench.engines.base import get_engine
 from speedbench.engines.vllm import CPU_CONTEXT, cpu_vllm_engine
 from speedbench.provision.models import resolve_dtype
+from speedbench.sweep_config import SweepConfig
 
 SPLIT_STAGES = {"qualitative": "build_qualitative", "throughput": "build_throughput"}
 
@@ -75,14 +76,16 @@ def select_prompts(
 def sweep_items(sweep: SweepConfig) -> dict[str, list[WorkItem]]:
     """Prompts of every split of the sweep, selected and converted for the load generator."""
     out = {}
-    for split in sweep.split_names:
+    for split in sweep.prompts.split_names:
         loaded = (
-            load_prompt_file(sweep.prompt_file)
-            if sweep.prompt_file
-            else load_split(split, sweep.data_dir)
+            load_prompt_file(sweep.prompts.prompt_file)
+            if sweep.prompts.prompt_file
+            else load_split(split, sweep.prompts.data_dir)
         )
-        rows = select_prompts(loaded, sweep.categories, sweep.selected_per_category, sweep.limit)
-        out[split] = [r.work_item(first_turn_only=not sweep.multiturn) for r in rows]
+        rows = select_prompts(
+            loaded, sweep.prompts.categories, sweep.selected_per_category, sweep.prompts.limit
+        )
+        out[split] = [r.work_item(first_turn_only=not sweep.prompts.multiturn) for r in rows]
     return out
 
 
@@ -112,24 +115,15 @@ def engine_config(sweep: SweepConfig, target: str) -> EngineConfig:
     without native bf16 is emulated (0.87x the float32 speed on an AVX2 host,
     ``benchmarks/dtype.py``) and gives other numerics than the provisioned weights.
     """
-    where: dict[str, Any] = {
-        "launcher": sweep.launcher,
-        "host": sweep.host,
-        "port": sweep.port,
-        "dtype": sweep.dtype,
-        "image": sweep.image,
-        "docker_host": sweep.docker_host,
-        "gpus": sweep.gpus,
-        "prefix_cache": sweep.prefix_cache,
-        "max_num_seqs": sweep.max_num_seqs,
-    }
-    if sweep.engine == "vllm" and sweep.launcher != "external" and sweep.gpus is None:
-        return cpu_vllm_engine(target, **{**where, "dtype": resolve_dtype(sweep.dtype)})
-    if sweep.engine == "llamacpp" and sweep.launcher != "external":
+    engine = sweep.engine
+    where: dict[str, Any] = engine.model_dump(exclude={"kind"})
+    if engine.kind == "vllm" and engine.launcher != "external" and engine.gpus is None:
+        return cpu_vllm_engine(target, **{**where, "dtype": resolve_dtype(engine.dtype)})
+    if engine.kind == "llamacpp" and engine.launcher != "external":
         # The same context limit as the CPU vLLM's: llama.cpp would size its KV cache for the
         # model's whole trained context (32k tokens for the Qwen pair).
         return EngineConfig(kind="llamacpp", model=target, max_model_len=CPU_CONTEXT, **where)
-    return EngineConfig(kind=sweep.engine, model=target, **where)
+    return EngineConfig(kind=engine.kind, model=target, **where)
 
 
 def check_concurrency(
@@ -155,20 +149,20 @@ def check_concurrency(
 def load_settings(sweep: SweepConfig) -> LoadSettings:
     """Load settings shared by every level of the sweep."""
     return LoadSettings(
-        max_tokens=sweep.output_len,
-        ignore_eos=not sweep.stop_at_eos,
-        temperature=sweep.temperature,
-        seed=sweep.seed,
-        workers=sweep.client_workers,
-        request_timeout_s=sweep.request_timeout_s,
-        contention_threshold=sweep.contention_threshold,
-        strict_host=sweep.strict_host,
-        arrival=sweep.arrival,
-        burstiness=sweep.burstiness,
-        max_concurrency=sweep.max_concurrency,
-        warmup_requests=sweep.warmup_requests,
-        repeats=sweep.repeats,
-        objectives=sweep.objectives,
+        max_tokens=sweep.protocol.output_len,
+        ignore_eos=not sweep.protocol.stop_at_eos,
+        temperature=sweep.protocol.temperature,
+        seed=sweep.protocol.seed,
+        workers=sweep.load.client_workers,
+        request_timeout_s=sweep.protocol.request_timeout_s,
+        contention_threshold=sweep.host_policy.contention_threshold,
+        strict_host=sweep.host_policy.strict_host,
+        arrival=sweep.load.arrival,
+        burstiness=sweep.load.burstiness,
+        max_concurrency=sweep.load.max_concurrency,
+        warmup_requests=sweep.load.warmup_requests,
+        repeats=sweep.load.repeats,
+        objectives=sweep.load.objectives,
     )
 
 
@@ -182,18 +176,18 @@ def per_config_forms(config: SweepConfig) -> list[tuple[str, SweepConfig]]:
     out = []
     for spec in config.spec_configs():
         fields: dict[str, Any] = {
-            "out_dir": str(Path(config.out_dir) / config.name / "workers" / spec.label),
+            "out_dir": str(Path(config.output.out_dir) / config.name / "workers" / spec.label),
             "draft_cost": False,
         }
         if spec.is_speculative:
             fields |= {
                 "methods": [spec.method],
                 "draft_lengths": [spec.num_speculative_tokens],
-                "baseline": bool(config.rate_sweep) and config.baseline,
+                "baseline": bool(config.load.rate_sweep) and config.baseline,
             }
         else:
             fields |= {"methods": ["none"], "draft_lengths": [], "baseline": True}
-        out.append((spec.label, SweepConfig.model_validate(config.model_dump() | fields)))
+        out.append((spec.label, config.with_fields(**fields)))
     return out
 
 
@@ -221,35 +215,35 @@ def config_identity(
         "spec": spec_fields,
         "split": split,
         "batch_size": batch_size,
-        "per_category": sweep.prompts_per_category(batch_size, request_rate),
-        "limit": sweep.limit,
-        "multiturn": sweep.multiturn,
-        "output_len": sweep.output_len,
-        "temperature": sweep.temperature,
-        "seed": sweep.seed,
+        "per_category": sweep.prompts.per_category_at(batch_size, request_rate),
+        "limit": sweep.prompts.limit,
+        "multiturn": sweep.prompts.multiturn,
+        "output_len": sweep.protocol.output_len,
+        "temperature": sweep.protocol.temperature,
+        "seed": sweep.protocol.seed,
     }
     # Only when set, so the identities (and MLflow resume keys) of earlier sweeps still match.
-    if sweep.categories:
-        identity["categories"] = sorted(sweep.categories)
+    if sweep.prompts.categories:
+        identity["categories"] = sorted(sweep.prompts.categories)
     if request_rate is not None:
         identity["load"] = {
             "request_rate": request_rate,
-            "arrival": sweep.arrival,
-            "burstiness": sweep.burstiness,
-            "max_concurrency": sweep.max_concurrency,
+            "arrival": sweep.load.arrival,
+            "burstiness": sweep.load.burstiness,
+            "max_concurrency": sweep.load.max_concurrency,
         }
-    if sweep.warmup_requests:
-        identity["warmup_requests"] = sweep.warmup_requests
-    if sweep.repeats > 1:
-        identity["repeats"] = sweep.repeats
-    if sweep.objectives:  # the level's metrics hold its goodput under these
-        identity["objectives"] = sweep.objectives
-    if sweep.stop_at_eos:
+    if sweep.load.warmup_requests:
+        identity["warmup_requests"] = sweep.load.warmup_requests
+    if sweep.load.repeats > 1:
+        identity["repeats"] = sweep.load.repeats
+    if sweep.load.objectives:  # the level's metrics hold its goodput under these
+        identity["objectives"] = sweep.load.objectives
+    if sweep.protocol.stop_at_eos:
         identity["stop_at_eos"] = True
     if engine.prefix_cache != "keep":  # earlier sweeps kept the cache
         identity["prefix_cache"] = engine.prefix_cache
-    if sweep.prompt_file:
-        identity["prompt_file"] = dataset_revision(split, prompt_file=sweep.prompt_file)
+    if sweep.prompts.prompt_file:
+        identity["prompt_file"] = dataset_revision(split, prompt_file=sweep.prompts.prompt_file)
     return identity
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from speedbench.client.loadgen import LoadSettings, WorkItem
-from speedbench.config import EngineConfig, SpecConfig, SweepConfig
+from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineError, get_engine
 from speedbench.engines.launchers import OpenEngine, check_available
 from speedbench.engines.running import RunningEngine, engine_environment
@@ -68,6 +68,7 @@ from speedbench.run.plan import (
     first_per_category,
     load_settings,
 )
+from speedbench.sweep_config import SweepConfig
 from speedbench.tokenize import PromptTokenizer
 
 log = logging.getLogger(__name__)
@@ -230,7 +231,7 @@ def run_sweep(
         tokenizer: The target's tokenizer.
         hooks: What the entry point adds; default :class:`DiskResume` unless ``config.force``.
     """
-    weights_format = get_engine(config.engine).weights_format
+    weights_format = get_engine(config.engine.kind).weights_format
     target = engine_weights(target, weights_format)
     draft_source = draft  # the oracle's teacher-forced pass reads the provisioned weights
     draft = engine_weights(draft, weights_format) if draft else None
@@ -240,14 +241,14 @@ def run_sweep(
         s.model_copy(update={"draft_model": draft}) if s.draft_model else s
         for s in config.spec_configs()
     ]
-    check_concurrency(engine, specs, config.batch_sizes)
-    out = Path(config.out_dir) / config.name
-    hooks = hooks or (SweepHooks() if config.force else DiskResume())
+    check_concurrency(engine, specs, config.load.batch_sizes)
+    out = Path(config.output.out_dir) / config.name
+    hooks = hooks or (SweepHooks() if config.output.force else DiskResume())
     summary = run_grid(
         engine,
         specs,
         items,
-        config.batch_sizes,
+        config.load.batch_sizes,
         out,
         settings=load_settings(config),
         tokenizer=tokenizer,
@@ -255,9 +256,9 @@ def run_sweep(
         identity=lambda spec, split, bs, rate: config_identity(
             config, engine, spec, split, bs, rate
         ),
-        request_rates=config.request_rates,
-        rate_sweep=config.rate_sweep,
-        per_category=config.prompts_per_category,
+        request_rates=config.load.request_rates,
+        rate_sweep=config.load.rate_sweep,
+        per_category=config.prompts.per_category_at,
     )
     if config.draft_cost and draft:
         summary = with_draft_cost(summary, config, engine, draft, items, tokenizer, out)
@@ -285,7 +286,7 @@ def oracle_baselines(
     if not config.oracle_per_category:
         rows = [r for r in summary.levels if not r.is_speculative and not r.open_loop]
         return summary, [(r, out / r.config / r.split / r.load) for r in rows]
-    size = config.oracle_batch_size or max(config.batch_sizes, default=1)
+    size = config.oracle_batch_size or max(config.load.batch_sizes, default=1)
     count = config.oracle_per_category
     root = out / ORACLE_DIR / "baseline"
     print(f"measuring the oracle's baseline: bs {size}, {count} prompts per category")
@@ -302,7 +303,7 @@ def oracle_baselines(
         root,
         settings=load_settings(config),
         tokenizer=tokenizer,
-        hooks=SweepHooks() if config.force else DiskResume(),
+        hooks=SweepHooks() if config.output.force else DiskResume(),
         identity=identity,
         per_category=lambda bs, rate: count,
     )
@@ -331,20 +332,20 @@ def with_draft_cost(
         ident = config_identity(config, alone, spec, split, bs, rate)
         return {**ident, "model": config.draft_model, "role": "draft_alone"}
 
-    if not config.batch_sizes:
+    if not config.load.batch_sizes:
         return summary  # the break-even model compares closed-loop levels only
     print(f"timing the draft {config.draft_model} alone for the break-even model")
     drafts = run_grid(
         alone,
         [SpecConfig()],
         items,
-        config.batch_sizes,
+        config.load.batch_sizes,
         out / "draft-alone",
         settings=load_settings(config),
         tokenizer=tokenizer,
-        hooks=SweepHooks() if config.force else DiskResume(),
+        hooks=SweepHooks() if config.output.force else DiskResume(),
         identity=identity,
-        per_category=config.prompts_per_category,
+        per_category=config.prompts.per_category_at,
     )
     tpot = {speedup_key(r): r.tpot_p50_s for r in drafts.levels if r.tpot_p50_s}
     done = summary.model_copy(

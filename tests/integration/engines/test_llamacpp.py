@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 from tests.integration.conftest import our_containers
-from tests.integration.test_vllm_exact import PROMPTS
+from tests.integration.engines.test_vllm_exact import PROMPTS
 
 from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.client.run import run_load

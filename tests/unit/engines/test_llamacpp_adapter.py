@@ -1,7 +1,7 @@
 """llama.cpp adapter: launch flags, /completion bodies and events, step rejoining, counters.
 
 The formats are the ones the real llama-server of the pinned build streams
-(tests/integration/test_llamacpp.py runs it).
+(tests/integration/engines/test_llamacpp.py runs it).
 """
 
 from __future__ import annotations

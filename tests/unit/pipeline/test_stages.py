@@ -75,7 +75,7 @@ SUMMARY = SweepSummary.model_validate(SUMMARY_JSON)
 
 def test_stage_sweep_merges_models_and_drops_an_unused_draft():
     q = stage_sweep(PARAMS, "measure_qualitative")
-    assert (q.name, q.model, q.draft_model, q.dtype, q.out_dir) == (
+    assert (q.name, q.model, q.draft_model, q.engine.dtype, q.output.out_dir) == (
         "qualitative",
         "t",
         "d",

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 from tests.summaries import views
-from tests.unit.test_sweep_runner import FakeEngine
+from tests.unit.run.test_sweep_runner import FakeEngine
 
 from speedbench.client.loadgen import LoadSettings, WorkItem
-from speedbench.config import ConfigError, EngineConfig, SpecConfig, SweepConfig, load_config
+from speedbench.config import ConfigError, EngineConfig, SpecConfig, load_config
 from speedbench.report.text import category_table
 from speedbench.results import SummaryRow, SweepSummary
 from speedbench.run.plan import config_identity, engine_config, first_per_category
 from speedbench.run.sweep import run_grid
+from speedbench.sweep_config import SweepConfig
 
 # Three categories, three questions each, interleaved as select_prompts orders them.
 ITEMS = [WorkItem(f"{c}{i}", c, ("q",)) for i in range(3) for c in "abc"]
@@ -30,11 +31,11 @@ def test_the_first_n_of_each_category_in_order():
 def test_each_level_gets_its_count_and_the_sweep_loads_the_most():
     form = SweepConfig(batch_sizes=[1, 16], per_category=1, per_category_by_batch_size={16: 5})
     assert form.selected_per_category == 5
-    assert [form.prompts_per_category(bs) for bs in (1, 16)] == [1, 5]
-    assert form.prompts_per_category(16, request_rate=0.5) == 1  # open loop: per_category
+    assert [form.prompts.per_category_at(bs) for bs in (1, 16)] == [1, 5]
+    assert form.prompts.per_category_at(16, request_rate=0.5) == 1  # open loop: per_category
     every = SweepConfig(batch_sizes=[1, 16], per_category_by_batch_size={1: 2})
     assert every.selected_per_category is None
-    assert [every.prompts_per_category(bs) for bs in (1, 16)] == [2, None]
+    assert [every.prompts.per_category_at(bs) for bs in (1, 16)] == [2, None]
 
 
 def test_the_identity_names_the_levels_own_count_and_keeps_earlier_keys():
@@ -61,7 +62,8 @@ def test_the_identity_names_the_levels_own_count_and_keeps_earlier_keys():
         ),
         (
             {"per_category_by_batch_size": {"many": 5}},
-            "SweepConfig.per_category_by_batch_size.many.[key]: Input should be a valid integer",
+            "SweepConfig.prompts.per_category_by_batch_size.many.[key]: Input should be a valid "
+            "integer",
         ),
     ],
 )
@@ -78,7 +80,7 @@ def test_the_command_line_takes_key_value_pairs(capsys):
         ["sweep", "--batch-sizes", "1", "16", "--per-category-by-batch-size", "16=5"]
     )
     form = SweepConfig.model_validate(flags_given(args, SweepConfig))
-    assert form.per_category_by_batch_size == {16: 5}
+    assert form.prompts.per_category_by_batch_size == {16: 5}
     with pytest.raises(SystemExit):
         build_parser().parse_args(["sweep", "--per-category-by-batch-size", "16"])
     assert "expected KEY=VALUE pairs, got '16'" in capsys.readouterr().err
@@ -88,7 +90,7 @@ def test_the_prefect_form_sends_batch_sizes_as_strings():
     form = SweepConfig.model_validate(
         {"batch_sizes": [1, 16], "per_category_by_batch_size": {"16": 5}}
     )
-    assert form.per_category_by_batch_size == {16: 5}
+    assert form.prompts.per_category_by_batch_size == {16: 5}
 
 
 class CountingEngine(FakeEngine):
@@ -112,7 +114,7 @@ def test_the_grid_sends_each_level_its_prompts_baseline_and_sd_alike(tmp_path):
         tmp_path,
         settings=LoadSettings(show_progress=False),
         hooks=hooks,
-        per_category=form.prompts_per_category,
+        per_category=form.prompts.per_category_at,
     )
     one, two = ["a0", "b0", "c0"], ["a0", "b0", "c0", "a1", "b1", "c1"]
     assert hooks.sent == {

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from speedbench.config import SweepConfig
 from speedbench.run.plan import per_config_forms
+from speedbench.sweep_config import SweepConfig
 
 BASE = dict(
     name="grid",
@@ -28,9 +28,9 @@ def test_one_form_per_configuration_each_measuring_only_its_own():
     ]
     for label, form in forms:
         assert [s.label for s in form.spec_configs()] == [label]
-        assert form.out_dir == f"out/grid/workers/{label}"
+        assert form.output.out_dir == f"out/grid/workers/{label}"
         assert form.draft_cost is False  # the draft-alone levels need one host for all
-        assert form.batch_sizes == [1, 4] and form.name == "grid"
+        assert form.load.batch_sizes == [1, 4] and form.name == "grid"
 
 
 def test_with_a_rate_sweep_each_sd_form_lists_the_baseline_to_resume_its_levels():
@@ -44,9 +44,9 @@ def test_a_pool_worker_takes_its_engine_port_from_its_host(monkeypatch):
 
     form = SweepConfig(**BASE)
     monkeypatch.delenv("SPEEDBENCH_ENGINE_PORT", raising=False)
-    assert with_host_facts(form).port == 8000
+    assert with_host_facts(form).engine.port == 8000
     monkeypatch.setenv("SPEEDBENCH_ENGINE_PORT", "8123")
-    assert with_host_facts(form).port == 8123
+    assert with_host_facts(form).engine.port == 8123
     argv, env = worker_command("p", "host-a", "2-3", 8200)
     assert argv[-8:] == ["--pool", "p", "--type", "process", "--limit", "1", "--name", "host-a"]
     assert env["SPEEDBENCH_ENGINE_CPUS"] == "2-3" and env["SPEEDBENCH_ENGINE_PORT"] == "8200"

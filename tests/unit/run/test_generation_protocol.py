@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import yaml
 
-from speedbench.config import EngineConfig, SpecConfig, SweepConfig
+from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.metrics.summary import summarize_level
 from speedbench.results import LevelMetrics, finite, tracking_scalars
 from speedbench.run.plan import config_identity, engine_config, load_settings
+from speedbench.sweep_config import SweepConfig
 
 METRICS = """\
 # TYPE vllm:prefix_cache_queries counter

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-from pathlib import Path
 
 import pytest
 
+from speedbench import REPO_ROOT
 from speedbench.config import EngineConfig
 from speedbench.engines.running import engine_environment
 from speedbench.hostcheck.cpu import cpu_info
 
-pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
+# Whole jobs, about 4 minutes of a core each: `make test-e2e` (in .ci/run), not make test.
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+ROOT = REPO_ROOT
 REFERENCE = ROOT / "results" / "reference" / "ci"
 
 

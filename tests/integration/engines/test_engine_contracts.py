@@ -15,10 +15,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from speedbench import REPO_ROOT
 from speedbench.config import METHODS_NEEDING_DRAFT_MODEL, EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.engines.sglang import SGLANG_ALGORITHMS
@@ -26,7 +26,7 @@ from speedbench.engines.vllm import _VLLM_METHODS, cpu_vllm_engine
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 CHECKER = ROOT / "scripts" / "engine_contract.py"
 MARKER = "speedbench-contract: "
 # (engine, version) -> the interpreter of the environment that holds that engine's code.

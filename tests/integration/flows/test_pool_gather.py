@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from speedbench.config import SweepConfig
+from speedbench.sweep_config import SweepConfig
 
 pytestmark = pytest.mark.integration
 

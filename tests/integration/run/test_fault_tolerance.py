@@ -23,12 +23,14 @@ import yaml
 from mlflow.tracking import MlflowClient
 from tests.integration.conftest import default_sigint, engine_pids, group_members
 
-from speedbench.config import SweepConfig
+from speedbench import REPO_ROOT
 from speedbench.engines.local import free_port
 from speedbench.records import read_jsonl, read_parquet
+from speedbench.sweep_config import SweepConfig
 
-pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
+# Whole jobs, about 4 minutes of a core each: `make test-e2e` (in .ci/run), not make test.
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+ROOT = REPO_ROOT
 
 
 def store_intact(db: Path) -> bool:
@@ -87,7 +89,7 @@ def crashed(harness, tiny_pair, tmp_path_factory):
     killer.start()
     summary = sweep(config)
     killer.join(timeout=1)
-    return summary, MlflowClient(config.tracking_uri), root, port, killed
+    return summary, MlflowClient(config.output.tracking_uri), root, port, killed
 
 
 def test_the_killed_configuration_is_failed_with_its_partial_records(crashed):

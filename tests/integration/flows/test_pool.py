@@ -31,13 +31,14 @@ import pytest
 from mlflow.tracking import MlflowClient
 from tests.integration.conftest import default_sigint, engine_pids
 
-from speedbench.config import SweepConfig
+from speedbench import REPO_ROOT
 from speedbench.engines.local import free_port
 from speedbench.report.text import format_summary
 from speedbench.stores import StorePorts, TeamStores
+from speedbench.sweep_config import SweepConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.pool]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 POOL = "test-pool"
 KS = (1, 2, 3)
 

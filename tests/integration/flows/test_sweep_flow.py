@@ -16,8 +16,8 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from speedbench.config import SweepConfig
 from speedbench.engines.local import free_port
+from speedbench.sweep_config import SweepConfig
 
 pytestmark = pytest.mark.integration
 K = 3
@@ -59,7 +59,7 @@ def _runs(client, experiment):
 
 def test_one_parent_and_one_child_per_configuration(swept):
     summary, client, config, _ = swept
-    runs = _runs(client, config.experiment)
+    runs = _runs(client, config.output.experiment)
     parents = [r for r in runs if r.data.tags.get("speedbench.kind") == "sweep"]
     children = [r for r in runs if r.data.tags.get("speedbench.kind") == "config"]
     assert len(parents) == 1 and parents[0].info.run_id == summary.parent_run_id
@@ -81,7 +81,7 @@ def test_one_parent_and_one_child_per_configuration(swept):
 
 def test_metrics_are_present_and_plausible(swept):
     _, client, config, _ = swept
-    for run in _runs(client, config.experiment):
+    for run in _runs(client, config.output.experiment):
         if run.data.tags.get("speedbench.kind") != "config":
             continue
         m, p = run.data.metrics, run.data.params
@@ -96,7 +96,7 @@ def test_metrics_are_present_and_plausible(swept):
             # draft == target, greedy, whole steps: every draft is accepted in every view.
             assert m["al_stream"] == m["al_counters"] == m["al_engine"] == K + 1
             # SPEED-Bench's view counts the prefill chunk as a step of one: 25 tokens, 7 steps.
-            assert m["al_speed_bench_request_mean"] == pytest.approx(config.output_len / 7)
+            assert m["al_speed_bench_request_mean"] == pytest.approx(config.protocol.output_len / 7)
             # Greedy, float32: SD changes no token of the baseline's output.
             assert m["lossless_match_rate"] == 1.0
             assert 0 < m["speedup"] < 10
@@ -145,7 +145,7 @@ def test_report_flow_renders_the_sweep(swept):
     from flows.report import report
 
     _, _, config, _ = swept
-    text = report(results_dir=config.out_dir, out_file=None, mlflow_uri=None)
+    text = report(results_dir=config.output.out_dir, out_file=None, mlflow_uri=None)
     assert "## Throughput and speedup (qualitative split)" in text
     assert f"| draft_model-k{K} | mtbench | 2 |" in text
     assert "al_heatmap.png" in text
@@ -162,7 +162,8 @@ def test_the_cli_runs_the_same_sweep_to_the_same_summary(swept, tmp_path, capsys
     from speedbench.results import SweepSummary
 
     flow_summary, _, config, _ = swept
-    fields = config.model_dump(exclude={"tracking_uri", "experiment"})
+    tracking = {"tracking_uri", "experiment"}  # `speedbench sweep` tracks nothing
+    fields = {name: value for name, value in config.flat().items() if name not in tracking}
     fields |= {"out_dir": str(tmp_path / "cli"), "port": free_port()}
     fields |= {"methods": ["draft_model"], "baseline": False, "oracle": []}
     path = tmp_path / "sweep.yaml"
@@ -202,10 +203,10 @@ def test_the_oracle_predicts_every_k_and_the_measured_levels_exactly(swept):
     from speedbench.oracle.run import read_oracle
 
     summary, client, config, _ = swept
-    out = Path(config.out_dir) / config.name
+    out = Path(config.output.out_dir) / config.name
     levels = {(lv.drafter, lv.batch_size): lv for lv in read_oracle(out)}
     assert sorted(levels) == [("draft_model", 1), ("draft_model", 2), ("ngram", 1), ("ngram", 2)]
-    tokens = config.output_len - 1  # after the prefill token
+    tokens = config.protocol.output_len - 1  # after the prefill token
     for bs in (1, 2):
         level = levels[("draft_model", bs)]
         assert level.questions == 3 and level.left_out == {}
@@ -234,7 +235,7 @@ def test_the_report_shows_the_oracle(swept):
     from speedbench.report.text import render
 
     _, _, config, _ = swept
-    text = render(Path(config.out_dir))
+    text = render(Path(config.output.out_dir))
     assert "## Acceptance for every draft length: the greedy oracle" in text
     assert f"| draft_model-k{K} | bs2 | 3 | 3 | 0 | 0 |" in text
 
@@ -245,7 +246,7 @@ def test_the_html_report_is_one_file_that_needs_no_network(swept, tmp_path):
     from speedbench.report.html import render_html
 
     _, _, config, _ = swept
-    page = render_html(Path(config.out_dir), "verdict: exact against ref (x: 1 exact)")
+    page = render_html(Path(config.output.out_dir), "verdict: exact against ref (x: 1 exact)")
     assert page.startswith("<!doctype html>") and page.rstrip().endswith("</html>")
     # Nothing is fetched: no external scripts, styles or images.
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
@@ -264,7 +265,9 @@ def test_the_report_goes_onto_the_stage_parent_run(swept, tmp_path):
     summary, client, config, _ = swept
     page = tmp_path / "report.html"
     page.write_text("<!doctype html><html></html>")
-    assert attach([page], config.tracking_uri, config.experiment) == [summary.parent_run_id]
+    assert attach([page], config.output.tracking_uri, config.output.experiment) == [
+        summary.parent_run_id
+    ]
     assert "report.html" in {a.path for a in client.list_artifacts(summary.parent_run_id)}
 
 

@@ -22,7 +22,7 @@ from speedbench.config import METHODS_NEEDING_DRAFT_MODEL, EngineConfig, SpecCon
 from speedbench.engines import get_engine
 from speedbench.engines.trtllm import TRTLLM_DECODING
 
-CONTRACT = json.loads((Path(__file__).parents[1] / "contracts" / "trtllm.json").read_text())
+CONTRACT = json.loads((Path(__file__).parents[2] / "contracts" / "trtllm.json").read_text())
 TYPES = {"str": str, "int": int, "float": float}
 
 

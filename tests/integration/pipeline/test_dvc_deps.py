@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from speedbench import REPO_ROOT
+
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 DVC = str(Path(sys.executable).with_name("dvc"))
 
 

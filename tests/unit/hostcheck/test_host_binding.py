@@ -138,7 +138,7 @@ def test_contention_counts_only_processes_allowed_on_the_engine_cores(monkeypatc
         (b"/usr/bin/vllm\0serve\0Qwen/Qwen2.5-7B", True),
         (b"python3\0-m\0sglang.launch_server\0--model-path\0/m", True),
         (b"/opt/llama/bin/llama-server\0-m\0/m.gguf", True),
-        (b"python\0-m\0pytest\0tests/integration/test_vllm_qwen.py", False),
+        (b"python\0-m\0pytest\0tests/integration/engines/test_vllm_qwen.py", False),
         (b"timeout\01200\0python\0-m\0pytest\0test_vllm_exact.py", False),
     ],
 )

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from speedbench.client.loadgen import LoadResult, WorkItem
-from speedbench.config import ConfigError, SweepConfig, load_config
+from speedbench.config import ConfigError, load_config
 from speedbench.metrics.acceptance import SpecCounters
 from speedbench.metrics.goodput import LatencyObjectives
 from speedbench.metrics.latency import summarize_load
@@ -17,6 +17,7 @@ from speedbench.metrics.summary import summarize_level
 from speedbench.records import RequestRecord, read_parquet, write_parquet
 from speedbench.results import finite
 from speedbench.run.level import merge_runs, repeat_order, warmup_items
+from speedbench.sweep_config import SweepConfig
 
 
 def rec(
@@ -213,7 +214,7 @@ def test_a_rate_only_sweep_with_a_gamma_cap_and_slos_is_a_valid_form():
             "slo_e2e_s": 30.0,
         },
     )
-    assert config.objectives == {"ttft_s": 2.0, "e2e_s": 30.0}
+    assert config.load.objectives == {"ttft_s": 2.0, "e2e_s": 30.0}
 
 
 def test_the_throughput_table_compares_goodput_at_equal_slos_when_the_sweep_set_them():
@@ -265,5 +266,7 @@ def test_a_form_that_sends_every_field_with_its_default_is_valid():
     # The Prefect form and a dumped config give every field, the open-loop ones included.
     full = SweepConfig().model_dump()
     assert load_config(SweepConfig, full) == SweepConfig()
+    assert load_config(SweepConfig, SweepConfig().flat()) == SweepConfig()
+    closed_loop_with_arrival = {**full, "load": {**full["load"], "arrival": "constant"}}
     with pytest.raises(ConfigError, match="arrival apply to open-loop levels only"):
-        load_config(SweepConfig, {**full, "arrival": "constant"})
+        load_config(SweepConfig, closed_loop_with_arrival)

@@ -7,8 +7,9 @@ import json
 import pytest
 
 from speedbench.cli import main
-from speedbench.config import ConfigError, SweepConfig, load_config
+from speedbench.config import ConfigError, load_config
 from speedbench.records import RequestRecord, write_parquet
+from speedbench.sweep_config import SweepConfig
 
 
 def level(path, chunks_by_id, answers, k=0, method="none"):

@@ -86,8 +86,8 @@ def compare(a: Path, b: Path) -> int:
         ra = {(r.prompt_id, r.turn): r for r in read_parquet(left / "records.parquet") if r.ok}
         rb = {(r.prompt_id, r.turn): r for r in read_parquet(right / "records.parquet") if r.ok}
         common = sorted(set(ra) & set(rb))
-        where = [first_divergence(ra[q].output_token_ids, rb[q].output_token_ids) for q in common]
-        moved = sorted(w for w in where if w is not None)
+        firsts = [first_divergence(ra[q].output_token_ids, rb[q].output_token_ids) for q in common]
+        moved = sorted(w for w in firsts if w is not None)
         differing += len(moved)
         k = next(iter(ra.values())).k if ra else 0
         als = [speed_bench_view(list(r.values()), k).al_request_mean for r in (ra, rb)]

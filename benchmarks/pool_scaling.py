@@ -76,7 +76,12 @@ def run_once(
         ]
     children = sum(r.total_run_time.total_seconds() for r in runs)
     mlflow = MlflowClient(config.output.tracking_uri)
-    experiment = mlflow.get_experiment_by_name(config.output.experiment).experiment_id
+    found = mlflow.get_experiment_by_name(config.output.experiment)
+    if found is None:
+        raise SystemExit(
+            f"no MLflow experiment {config.output.experiment!r}: the sweep logged nothing"
+        )
+    experiment = found.experiment_id
     levels = mlflow.search_runs(
         [experiment], filter_string=f"tags.mlflow.parentRunId = '{summary.parent_run_id}'"
     )

@@ -23,6 +23,7 @@ import argparse
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 from speedbench.client.loadgen import LoadSettings
 from speedbench.config import SpecConfig
@@ -57,7 +58,7 @@ def main() -> None:
     tok = PromptTokenizer.from_pretrained(target)
     rows = select_prompts(load_split("qualitative"), None, args.per_category, None)
     settings = LoadSettings(batch_size=args.batch_size, max_tokens=args.output_len, split="q")
-    table: dict[str, dict[str, object]] = {}
+    table: dict[str, dict[str, Any]] = {}
     for method in args.methods:
         spec = SpecConfig(
             method=method,
@@ -91,12 +92,12 @@ def main() -> None:
                 print(json.dumps({f"{spec.label}/{name}": table[f"{spec.label}/{name}"]}))
     Path(args.out).mkdir(parents=True, exist_ok=True)
     Path(args.out, "protocol_effect.json").write_text(json.dumps(table, indent=2))
-    cats = sorted({c for entry in table.values() for c in entry["Category_AL"]})  # type: ignore[union-attr]
+    cats = sorted({c for entry in table.values() for c in entry["Category_AL"]})
     print("\n| config / protocol | requests | tokens | Average_AL | " + " | ".join(cats) + " |")
     print("|---|---|---|---|" + "---|" * len(cats))
     for key, entry in table.items():
         per_cat = entry["Category_AL"]
-        cells = " | ".join(f"{per_cat.get(c, float('nan')):.2f}" for c in cats)  # type: ignore[union-attr]
+        cells = " | ".join(f"{per_cat.get(c, float('nan')):.2f}" for c in cats)
         print(
             f"| {key} | {entry['requests']} | {entry['output_tokens']} | "
             f"{entry['Average_AL']:.3f} | {cells} |"

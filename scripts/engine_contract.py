@@ -147,7 +147,7 @@ class SGLang:
         return parse_with(build)[1]
 
 
-ENGINES = {"vllm": VLLM, "sglang": SGLang}
+ENGINES: dict[str, type[VLLM] | type[SGLang]] = {"vllm": VLLM, "sglang": SGLang}
 MARKER = "speedbench-contract: "
 
 

@@ -393,9 +393,15 @@ class SweepConfig(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _route_flat_names(cls, data: Any) -> Any:
-        """Put each flat name (``batch_sizes``) into its section (``load``)."""
-        if not isinstance(data, dict):
-            return data
+        return cls.nest(data) if isinstance(data, dict) else data
+
+    @classmethod
+    def nest(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """The form's fields with each flat name (``batch_sizes``) put in its section (``load``).
+
+        Raises:
+            ValueError: A field is given twice, by its flat name and in its section.
+        """
         routed: dict[str, Any] = {}
         sections: dict[str, dict[str, Any]] = {}
         for key, value in data.items():
@@ -442,6 +448,17 @@ class SweepConfig(StrictModel):
         top = {name: value for name, value in dumped.items() if name not in SECTIONS}
         nested = {flat: dumped[section][field] for flat, (section, field) in FLAT_FIELDS.items()}
         return top | nested
+
+    @classmethod
+    def with_defaults(cls, defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+        """``given`` over ``defaults``, field by field (either may use flat names or sections)."""
+        merged = cls.nest(defaults)
+        for key, value in cls.nest(given).items():
+            base = merged.get(key)
+            if isinstance(base, dict) and isinstance(value, dict):
+                value = {**base, **value}
+            merged[key] = value
+        return merged
 
     def with_fields(self, **flat: Any) -> SweepConfig:
         """A validated copy with some fields changed, by flat name (``force=True``)."""

@@ -107,6 +107,17 @@ def _(tmp, url):
     return message(lambda: stage_sweep({"models": {}}, "measure_qualitative", str(tmp)))
 
 
+@case("params-section-not-a-mapping")
+def _(tmp, url):
+    return message(lambda: stage_sweep({"measure_qualitative": [1, 4]}, "measure_qualitative"))
+
+
+@case("params-field-given-twice")
+def _(tmp, url):
+    section = {"batch_sizes": [1], "load": {"batch_sizes": [4]}}
+    return message(lambda: stage_sweep({"measure_qualitative": section}, "measure_qualitative"))
+
+
 @case("unknown-field")
 def _(tmp, url):
     return sweep(batchsizes=[1, 2])

@@ -35,15 +35,21 @@ def stage_sweep(params: dict[str, Any], stage: str, results_dir: str = "results"
     if stage not in params:
         raise ConfigError(f"params has no {stage!r} section; expected one of {', '.join(STAGES)}")
     models = params.get("models", {}) or {}
-    section = dict(params[stage] or {})
-    fields = {
+    section = params[stage] or {}
+    if not isinstance(section, dict):
+        raise ConfigError(f"params {stage}: expected a mapping of sweep fields")
+    defaults = {
         "name": stage.removeprefix("measure_"),
         "model": models.get("target", "qwen2.5-coder-1.5b-instruct"),
         "draft_model": models.get("draft"),
         "dtype": models.get("dtype", "auto"),
         "out_dir": results_dir,
-        **section,
     }
+    try:
+        # The section may name a field flat (dtype) or in its section (engine: {dtype: ...}).
+        fields = SweepConfig.with_defaults(defaults, section)
+    except ValueError as exc:
+        raise ConfigError(f"SweepConfig: {exc}") from None
     if not any(m in ("draft_model", "eagle", "eagle3") for m in fields.get("methods", [])):
         fields["draft_model"] = None
     return load_config(SweepConfig, fields)

@@ -86,6 +86,21 @@ def test_stage_sweep_merges_models_and_drops_an_unused_draft():
     assert t.draft_model is None and t.methods == ["none", "ngram"]
 
 
+def test_a_stage_section_may_name_fields_in_their_sections():
+    # The stage's own defaults (dtype from models:, out_dir) give way to the section's, field
+    # by field, whether the section names a field flat or in its section.
+    nested = {"engine": {"dtype": "bfloat16", "port": 9001}, "load": {"batch_sizes": [2]}}
+    params = {"models": {"target": "t", "dtype": "float32"}, "measure_qualitative": nested}
+    q = stage_sweep(params, "measure_qualitative", "out")
+    assert (q.engine.dtype, q.engine.port, q.load.batch_sizes) == ("bfloat16", 9001, [2])
+    assert (q.model, q.output.out_dir, q.name) == ("t", "out", "qualitative")
+    flat = {
+        **params,
+        "measure_qualitative": {"dtype": "bfloat16", "port": 9001, "batch_sizes": [2]},
+    }
+    assert stage_sweep(flat, "measure_qualitative", "out") == q
+
+
 @pytest.mark.parametrize(
     ("params", "message"),
     [

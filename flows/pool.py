@@ -199,11 +199,12 @@ def pool_sweep(
     pool: Annotated[str, Field(description="The work pool whose workers measure.")] = "speedbench",
 ) -> SweepSummary:
     """Measure a sweep's SD configurations in parallel on a work pool's engine hosts."""
+    forms = per_config_forms(config)  # a form the pool cannot run is refused before any run
     tracker = Tracker(config.output.tracking_uri, config.output.experiment)
     parent = tracker.start_parent(config.name, config.flat())
     try:
         missing = {f.config for f in gather(config, tracker, parent).failures}
-        children = [(label, c) for label, c in per_config_forms(config) if label in missing]
+        children = [(label, c) for label, c in forms if label in missing]
         ended: dict[str, str] = {}
         waves = [children]
         if config.load.rate_sweep:  # the swept rates follow from the baseline's levels

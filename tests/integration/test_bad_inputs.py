@@ -31,7 +31,7 @@ from speedbench.engines.vllm import speculative_config
 from speedbench.pipeline.stages import stage_sweep
 from speedbench.provision.models import ProvisionError, provision
 from speedbench.run.level import validate_items
-from speedbench.run.plan import load_split
+from speedbench.run.plan import load_split, per_config_forms
 from speedbench.sweep_config import SweepConfig
 
 pytestmark = pytest.mark.integration
@@ -131,6 +131,12 @@ def _(tmp, url):
 @case("field-given-twice")
 def _(tmp, url):
     return sweep(batch_sizes=[1], load={"batch_sizes": [4]})
+
+
+@case("pool-with-oracle")
+def _(tmp, url):
+    fields = {"model": "m", "methods": ["ngram"], "draft_lengths": [3], "oracle": ["ngram"]}
+    return message(lambda: per_config_forms(load_config(SweepConfig, fields)))
 
 
 @case("unknown-method")

@@ -172,7 +172,16 @@ def per_config_forms(config: SweepConfig) -> list[tuple[str, SweepConfig]]:
     Each child writes under its own folder (two workers may share a disk). With a rate sweep
     the SD children list the baseline too: its levels, measured by the first wave, are resumed
     from MLflow, and the swept rates follow from them.
+
+    Raises:
+        ConfigError: The form asks for the oracle, which replays a baseline level on the host
+            that measured it; a pool sweep has no such host.
     """
+    if config.oracle:
+        raise ConfigError(
+            "a pool sweep measures without the acceptance oracle (it replays a baseline level "
+            "on the host that measured it): set oracle to [] or run the sweep flow"
+        )
     out = []
     for spec in config.spec_configs():
         fields: dict[str, Any] = {

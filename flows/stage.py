@@ -15,7 +15,7 @@ from pathlib import Path
 
 from speedbench.config import load_params
 from speedbench.errors import finish
-from speedbench.oracle.run import read_oracle
+from speedbench.oracle.run import read_oracle, read_speedup_model
 from speedbench.pipeline.stages import STAGES, stage_sweep, write_stage_metrics
 from speedbench.results import SweepSummary
 
@@ -39,8 +39,11 @@ def main(argv: list[str] | None = None) -> int:
         from flows.sweep import sweep
 
         summary = sweep(config)
-        oracle = read_oracle(Path(config.output.out_dir) / config.name)
-        for path in write_stage_metrics(summary, Path(args.metrics) / config.name, oracle):
+        out = Path(config.output.out_dir) / config.name
+        model = read_speedup_model(out)
+        for path in write_stage_metrics(
+            summary, Path(args.metrics) / config.name, read_oracle(out), model
+        ):
             print(f"wrote {path}")
         print(f"MLflow: parent run {summary.parent_run_id} in {summary.tracking_uri}")
         return summary

@@ -23,7 +23,13 @@ from speedbench.config import EngineConfig, SpecConfig, load_params
 from speedbench.engines.launchers import OpenEngine
 from speedbench.engines.running import RunningEngine
 from speedbench.hostcheck.cpu import ENGINE_CPUS_ENV
-from speedbench.oracle.run import oracle_paths, oracle_scalars, read_oracle
+from speedbench.oracle.run import (
+    oracle_paths,
+    oracle_scalars,
+    read_oracle,
+    read_speedup_model,
+    speedup_scalars,
+)
 from speedbench.pipeline.stages import stage_sweep
 from speedbench.results import SummaryRow, SweepSummary
 from speedbench.run.level import LevelResult, validate_items
@@ -176,7 +182,11 @@ def sweep(config: SweepConfig = EMBEDDED_SWEEP) -> SweepSummary:
     oracle = read_oracle(out)
     files = [Path(p) for p in summary.plots] + [out / "summary.json"] + oracle_paths(out)
     close_sweep(
-        tracker, parent, summary, files + ([table] if table else []), oracle_scalars(oracle)
+        tracker,
+        parent,
+        summary,
+        files + ([table] if table else []),
+        {**oracle_scalars(oracle), **speedup_scalars(read_speedup_model(out))},
     )
     return summary.model_copy(update={"parent_run_id": parent, "tracking_uri": tracker.uri})
 

@@ -104,7 +104,27 @@ class VLLM:
                 return f"SpeculativeConfig has no field(s) {unknown}"
             if spec.get("method") not in self.spec_methods:
                 return f"SpeculativeConfig.method {spec.get('method')!r} not in its methods"
+            if "num_speculative_tokens_per_batch_size" in spec:
+                return self.check_schedule(spec, args.max_num_seqs)
         return None
+
+    def check_schedule(self, spec: dict[str, Any], max_num_seqs: int | None) -> str | None:
+        """None if vLLM's own dynamic-SD code takes the batch-size schedule, else its error.
+
+        The scheduler expands it with ``build_dynamic_sd_schedule_lookup`` (which validates it
+        first) against the server's batch limit and ``num_speculative_tokens``.
+        """
+        try:
+            from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+        except ImportError as exc:
+            return f"this vLLM has no dynamic speculative decoding ({exc})"
+        schedule = spec["num_speculative_tokens_per_batch_size"]
+        _, error = parse_with(
+            lambda: build_dynamic_sd_schedule_lookup(
+                schedule, max_num_seqs or 256, spec["num_speculative_tokens"]
+            )
+        )
+        return error
 
     def check_body(self, body: dict[str, Any]) -> str | None:
         """None if CompletionRequest takes ``body`` with no field it would ignore."""

@@ -263,6 +263,41 @@ def _oracle(args: argparse.Namespace) -> Any:
     return level
 
 
+def _tune(args: argparse.Namespace) -> Any:
+    from speedbench.oracle.run import read_speedup_model
+    from speedbench.oracle.schedule import engine_schedules
+    from speedbench.report.oracle import render_speedup
+    from speedbench.results import write_json
+
+    sweep = Path(args.results)
+    model = read_speedup_model(sweep)
+    if model is None:
+        raise ConfigError(
+            f"{sweep}: no oracle/speedup_model.json (a sweep folder whose sweep ran the oracle "
+            "and draft_cost, e.g. results/qualitative)"
+        )
+    plans = [s for s in model.schedules if s.drafter == args.drafter]
+    if not plans:
+        made = sorted({s.drafter for s in model.schedules}) or ["none"]
+        raise ConfigError(f"{sweep}: no schedule for {args.drafter}; it has {', '.join(made)}")
+    plan = plans[0]
+    if args.drafter == "draft_model" and not args.draft:
+        raise ConfigError("--drafter draft_model needs --draft (the draft as the engine sees it)")
+    ngram = None if args.drafter == "draft_model" else (args.ngram_min, args.ngram_max)
+    files = engine_schedules(args.drafter, plan.ranges, args.draft, ngram)
+    print("\n".join(render_speedup(model)))
+    vllm = files["vllm"]["speculative_config"]
+    print(f"\nvllm serve ... --speculative-config '{json.dumps(vllm)}'" if vllm else
+          "\nvLLM: SD off at every batch size (no --speculative-config)")  # fmt: skip
+    for launch in files["sglang"]["launches"]:
+        first, last = launch["batch_sizes"]
+        print(f"sglang, batch sizes {first}-{last}: {' '.join(launch['args'])}")
+    out = Path(args.out) if args.out else sweep / "oracle" / f"schedule-{args.drafter}.json"
+    write_json(out, files)
+    print(f"wrote {out}")
+    return files
+
+
 def _plan(args: argparse.Namespace) -> Any:
     from speedbench.run.dryrun import format_plans, sweep_launch_plans
 
@@ -496,6 +531,23 @@ def build_parser() -> argparse.ArgumentParser:
     oc.add_argument("--measured", nargs="*", default=[], help="SD level folders to check")
     oc.add_argument("--out", help="oracle JSON (default: <baseline>/oracle-<drafter>.json)")
     oc.set_defaults(func=_oracle)
+
+    tn = sub.add_parser(
+        "tune",
+        help="the draft length for every batch size, as vLLM and SGLang load it",
+        description="Read a sweep's speedup model (its step costs and the oracle's AL for "
+        "every k) and write the best k per batch-size range: vLLM's --speculative-config with "
+        "num_speculative_tokens_per_batch_size, and one SGLang launch per range.",
+    )
+    tn.add_argument("--results", required=True, help="a sweep folder (e.g. results/qualitative)")
+    tn.add_argument("--drafter", default="draft_model", choices=["draft_model", "ngram"])
+    tn.add_argument("--draft", help="draft_model: the draft's path or id as the engine sees it")
+    tn.add_argument("--ngram-min", type=int, default=1, help="ngram: shortest n-gram (1)")
+    tn.add_argument("--ngram-max", type=int, default=4, help="ngram: longest n-gram (4)")
+    tn.add_argument(
+        "--out", help="schedule JSON (default: <results>/oracle/schedule-<drafter>.json)"
+    )
+    tn.set_defaults(func=_tune)
 
     ss = sub.add_parser(
         "synthetic-server",

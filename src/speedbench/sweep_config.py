@@ -369,6 +369,12 @@ class SweepConfig(StrictModel):
         description="Oracle: the batch size of its own baseline level (default: the largest "
         "of batch_sizes).",
     )
+    measure_best_k: bool = Field(
+        default=False,
+        description="Oracle: after the speedup model, measure each drafter at its predicted "
+        "best k at every batch size where that k is not in draft_lengths (one launch per k), "
+        "and judge the recommendation against the grid's k in the report.",
+    )
     engine: EngineSection = Field(
         default_factory=EngineSection, description="Which engine serves the target, and where."
     )
@@ -506,6 +512,8 @@ class SweepConfig(StrictModel):
         if not self.oracle:
             if self.oracle_per_category is not None or self.oracle_batch_size is not None:
                 raise ValueError("oracle_per_category/oracle_batch_size set but oracle is empty")
+            if self.measure_best_k:
+                raise ValueError("measure_best_k measures the oracle's recommendation: set oracle")
             return
         if len(set(self.oracle)) != len(self.oracle):
             raise ValueError(f"oracle has duplicates: {self.oracle}")

@@ -10,12 +10,17 @@ replays a no-SD baseline under every drafter of ``SweepConfig.oracle`` for k = 1
 - every SD level of the same drafter and split the sweep measured is checked against the
   prediction for its k, request by request (:func:`speedbench.oracle.predict.check_measured`);
 - the break-even model gives the expected speedup of every k at every batch size where the
-  draft's cost is known (n-gram: none), and the best k there.
+  draft's cost is known (n-gram: none), and the best k there;
+- the speedup model (:mod:`speedbench.oracle.recommend`) prices every k at every batch size
+  with step costs fitted on the sweep's no-SD and draft-alone levels, checks each measured SD
+  level against it, and writes the best k per batch size as a schedule each engine loads.
 
 Output, beside the grid's::
 
     oracle/baseline/none/<split>/bs<N>/   the oracle's own baseline level (oracle_per_category)
     oracle/<drafter>/<split>/bs<N>/oracle.json   the OracleLevel, per-question figures included
+    oracle/speedup_model.json             step costs, predicted speedup by k, checks, schedules
+    oracle/schedule-<drafter>.json        the schedule as vLLM and SGLang load it
 
 The sweep runner (:mod:`speedbench.run.sweep`) measures the oracle's own baseline and calls
 :func:`with_oracle`; this module runs no engine. The sweep's ``summary.json`` does not embed
@@ -37,15 +42,18 @@ from speedbench.oracle.predict import (
     OracleDrafter,
     OracleK,
     OracleLevel,
+    Prediction,
     best_k,
     break_even_at,
     check_measured,
     figures_at,
     predict,
 )
+from speedbench.oracle.recommend import SPEEDUP_MODEL_FILE, SpeedupModel, speedup_model
+from speedbench.oracle.schedule import engine_schedules
 from speedbench.provision.models import resolve_dtype
 from speedbench.records import read_parquet
-from speedbench.report.oracle import plot_oracle
+from speedbench.report.oracle import plot_oracle, plot_speedup
 from speedbench.results import ConfigFailure, LevelMetrics, SummaryRow, SweepSummary, write_json
 from speedbench.sweep_config import SweepConfig
 
@@ -53,6 +61,7 @@ log = logging.getLogger(__name__)
 
 ORACLE_DIR = "oracle"
 ORACLE_PLOT = "oracle.png"
+SPEEDUP_PLOT = "speedup_model.png"
 
 
 def baseline_eos(directory: Path) -> int | None:
@@ -99,8 +108,11 @@ def oracle_level(
     draft_model: str | None = None,
     dtype: str | None = None,
     max_model_len: int | None = None,
-) -> OracleLevel:
-    """One drafter over one baseline level: figures per k, checks, break-even, best k."""
+) -> tuple[OracleLevel, Prediction]:
+    """One drafter over one baseline level: figures per k, checks, break-even, best k.
+
+    Returns the level and the prediction it was made from (the speedup model replays it).
+    """
     eos_id = baseline_eos(records_dir)
     records = read_parquet(records_dir / "records.parquet")
     prediction = predict(
@@ -129,7 +141,7 @@ def oracle_level(
     )
     level = level.model_copy(update={"split": split, "batch_size": batch_size})
     best = {bs: best_at for bs in sizes if (best_at := best_k(by_k, bs)) is not None}
-    return level.model_copy(update={"best_k": best})
+    return level.model_copy(update={"best_k": best}), prediction
 
 
 def with_oracle(
@@ -155,11 +167,12 @@ def with_oracle(
 
         draft = load_draft(draft_weights, dtype)
     levels: list[OracleLevel] = []
+    predictions: list[tuple[OracleLevel, Prediction]] = []
     for row, records_dir in baselines:
         for drafter in config.oracle:
             print(f"oracle {drafter}: k = 1..{ks[-1]} over {row.split} {row.load}")
             try:
-                level = oracle_level(
+                level, prediction = oracle_level(
                     records_dir,
                     drafter,
                     row.split,
@@ -181,6 +194,9 @@ def with_oracle(
             path = out / ORACLE_DIR / drafter / row.split / row.load / "oracle.json"
             write_json(path, level.model_dump(mode="json"))
             levels.append(level)
+            predictions.append((level, prediction))
+    if predictions:
+        failures += with_speedup_model(summary, config, baselines, predictions, out)
     plots = list(summary.plots)
     if (plot := plot_oracle(levels, out / "plots" / ORACLE_PLOT)) is not None:
         plots.append(str(plot))
@@ -189,10 +205,97 @@ def with_oracle(
     return done, levels
 
 
+def with_speedup_model(
+    summary: SweepSummary,
+    config: SweepConfig,
+    baselines: Sequence[tuple[SummaryRow, Path]],
+    predictions: Sequence[tuple[OracleLevel, Prediction]],
+    out: Path,
+) -> list[ConfigFailure]:
+    """Fit step costs, predict every k, check the measured SD levels, write the schedules.
+
+    Calibrated on every closed-loop no-SD level of the target (the grid's and the oracle's own
+    baseline) and every draft-alone level; no SD level's timings are an input. Returns the
+    failure to record where the no-SD levels cannot be calibrated on (none otherwise).
+    """
+    target = {
+        f"{r.config}/{r.split}/{r.load}": out / r.config / r.split / r.load
+        for r in summary.levels
+        if not r.is_speculative and not r.open_loop
+    }
+    for _, folder in baselines:
+        target.setdefault(str(folder.relative_to(out)), folder)
+    draft = [
+        (
+            f"draft-alone/{r.config}/{r.split}/{r.load}",
+            out / "draft-alone" / r.config / r.split / r.load,
+        )
+        for r in summary.draft_alone
+        if not r.open_loop
+    ]
+    try:
+        model = speedup_model(
+            summary, predictions, lambda r: out / r.config / r.split / r.load,
+            sorted(target.items()), draft,
+        )  # fmt: skip
+    except ValueError as exc:
+        print(f"speedup model failed: {exc}")
+        return [ConfigFailure(config="speedup-model", error=str(exc))]
+    write_speedup_model(model, out)
+    ngram = (NGRAM_MIN, NGRAM_MAX)
+    for plan in model.schedules:
+        drafts = plan.drafter == "draft_model"
+        files = engine_schedules(
+            plan.drafter, plan.ranges, config.draft_model if drafts else None,
+            None if drafts else ngram,
+        )  # fmt: skip
+        write_json(out / ORACLE_DIR / f"schedule-{plan.drafter}.json", files)
+    for check in model.checks:
+        print(
+            f"speedup model: {check.level} measured {check.measured_speedup or float('nan'):.2f}x, "
+            f"predicted {check.predicted_speedup or float('nan'):.2f}x"
+        )
+    return []
+
+
+def write_speedup_model(model: SpeedupModel, out: Path) -> None:
+    """The model's JSON and plot in a sweep's output folder."""
+    write_json(out / ORACLE_DIR / SPEEDUP_MODEL_FILE, model.model_dump(mode="json"))
+    plot_speedup(model, out / "plots" / SPEEDUP_PLOT)
+
+
+def read_speedup_model(out: Path) -> SpeedupModel | None:
+    """The speedup model of a sweep's output folder (None where none was made)."""
+    path = out / ORACLE_DIR / SPEEDUP_MODEL_FILE
+    return SpeedupModel.model_validate_json(path.read_text()) if path.exists() else None
+
+
+def speedup_scalars(model: SpeedupModel | None) -> dict[str, float]:
+    """The speedup model's figures as flat metrics for a tracker (MLflow parent run)."""
+    if model is None:
+        return {}
+    out: dict[str, float] = {}
+    for c in model.curves:
+        prefix = f"speedup_model.{c.drafter}.{c.split}.bs{c.batch_size}"
+        out.update({f"{prefix}.k{k}.predicted_speedup": v for k, v in c.speedup.items()})
+        out[f"{prefix}.best_k"] = float(c.best_k)
+    for check in model.checks:
+        prefix = f"speedup_model.check.{check.level.replace('/', '.')}"
+        for name in ("measured_speedup", "predicted_speedup", "error"):
+            if (value := getattr(check, name)) is not None:
+                out[f"{prefix}.{name}"] = value
+    return out
+
+
 def oracle_paths(out: Path) -> list[Path]:
     """The oracle's files in a sweep folder: each level's oracle.json, and its plot."""
-    plot = out / "plots" / ORACLE_PLOT
-    return sorted((out / ORACLE_DIR).glob("*/*/*/oracle.json")) + ([plot] if plot.exists() else [])
+    plots = [out / "plots" / ORACLE_PLOT, out / "plots" / SPEEDUP_PLOT]
+    extra = [
+        out / ORACLE_DIR / SPEEDUP_MODEL_FILE,
+        *sorted((out / ORACLE_DIR).glob("schedule-*.json")),
+    ]
+    found = sorted((out / ORACLE_DIR).glob("*/*/*/oracle.json"))
+    return found + [p for p in [*extra, *plots] if p.exists()]
 
 
 def read_oracle(out: Path) -> list[OracleLevel]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from speedbench.config import ConfigError, load_config
 from speedbench.oracle.predict import OracleK, OracleLevel
+from speedbench.oracle.recommend import SpeedupModel
 from speedbench.results import SCHEMA_VERSION, SummaryRow, SweepSummary, view_summaries
 from speedbench.sweep_config import SweepConfig
 
@@ -27,6 +28,7 @@ PROVENANCE_FILE = "provenance.json"
 THROUGHPUT_FILE = "throughput.json"
 AR_CSV = "conditional_ar.csv"
 ORACLE_FILE = "oracle.json"
+SPEEDUP_FILE = "speedup_model.json"
 STAGES = ("measure_qualitative", "measure_throughput")
 
 
@@ -138,13 +140,55 @@ def oracle_metrics(levels: list[OracleLevel]) -> dict[str, Any]:
     return out
 
 
+def speedup_metrics(model: SpeedupModel | None) -> dict[str, Any]:
+    """The speedup model's figures: every measured SD level predicted without its timings.
+
+    ``levels``: per measured SD level, ``predicted_speedup`` and ``measured_speedup`` with
+    ``error`` (predicted / measured - 1), and the break-even model's (``old_model_*``);
+    ``predicted``: per drafter, split and batch size, the speedup of every k (``k0``: SD off)
+    and the best k; ``schedules``: the best k by batch-size range; ``step_costs``: the fits;
+    ``recommendations``: the best k measured beside the grid's k (:mod:`speedbench.run.best_k`).
+    """
+    if model is None:
+        return {}
+    levels = {c.level: _round(c.model_dump(exclude={"level", "split"})) for c in model.checks}
+    predicted = {
+        f"{c.drafter}/{c.split}/bs{c.batch_size}": _round(
+            {**{f"k{k}": v for k, v in sorted(c.speedup.items())}, "best_k": c.best_k}
+        )
+        for c in model.curves
+    }
+    costs = {"target": model.target, "draft": model.draft, "draft_pass": model.draft_pass}
+    recommended = {
+        f"{r.drafter}/{r.split}/bs{r.batch_size}/k{r.grid_k}": _round(
+            r.model_dump(exclude={"drafter", "split", "batch_size", "grid_k"})
+        )
+        for r in model.recommendations
+    }
+    return {
+        "recommendations": recommended,
+        "levels": levels,
+        "predicted": predicted,
+        "schedules": {
+            f"{s.drafter}/{s.split}": [list(r) for r in s.ranges] for s in model.schedules
+        },
+        "step_costs": {
+            name: _round(fit.model_dump(exclude={"sources"})) for name, fit in costs.items() if fit
+        },
+    }
+
+
 def write_stage_metrics(
-    summary: SweepSummary, out_dir: Path, oracle: list[OracleLevel] | None = None
+    summary: SweepSummary,
+    out_dir: Path,
+    oracle: list[OracleLevel] | None = None,
+    speedup: SpeedupModel | None = None,
 ) -> list[Path]:
     """acceptance.json, throughput.json, conditional_ar.csv and provenance.json of a stage.
 
     With ``oracle`` levels, their acceptance joins acceptance.json (one key per k) and their
-    break-even figures go to oracle.json (no levels without them).
+    break-even figures go to oracle.json (no levels without them); the ``speedup`` model's
+    predicted and measured speedups go to speedup_model.json (empty without one).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     prov = out_dir / PROVENANCE_FILE
@@ -164,7 +208,10 @@ def write_stage_metrics(
     # Written (empty) without oracle levels too: dvc.yaml declares it as the stage's metric.
     orc = out_dir / ORACLE_FILE
     _write(orc, versioned(oracle_metrics(oracle or [])))
-    return [acc, thr, csv, prov, orc]
+    spd = out_dir / SPEEDUP_FILE
+    figures = speedup_metrics(speedup)
+    _write(spd, {"schema_version": SCHEMA_VERSION, "levels": {}, **figures})
+    return [acc, thr, csv, prov, orc, spd]
 
 
 # Keys of acceptance.json before the views were named, and the view each figure was in.

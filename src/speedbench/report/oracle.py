@@ -13,14 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from speedbench.oracle.predict import OracleLevel
+from speedbench.oracle.recommend import SpeedupModel
 
 ORACLE_NOTE = (
     "Predicted, not measured: the baseline's greedy answers replayed under each drafter "
     "(draft_model: one teacher-forced pass of the draft with transformers in the engine's "
     "dtype; ngram: vLLM's prompt lookup, n-grams 1-4), exact for a lossless engine "
-    "(docs/oracle.md). Expected speedup = stream AL / (1 + f k c): f the fraction of steps "
-    "that drafted, c the draft's cost per step in target steps (draft-alone TPOT over the "
-    "target's at that batch size; 0 for ngram)."
+    "(docs/oracle.md). What each k buys at each batch size is the speedup model's section."
 )
 
 
@@ -56,33 +55,6 @@ def al_by_k_table(level: OracleLevel) -> list[str]:
     drafted = [_fmt(f.drafted_fraction, ".0%") for f in level.by_k]
     lines.append("| drafted steps | " + " | ".join(drafted) + " |")
     return lines
-
-
-def best_k_table(levels: Sequence[OracleLevel]) -> list[str]:
-    """Expected speedup per k and batch size (the best in bold), the measured one beside it."""
-    rows = []
-    for level in levels:
-        sizes = sorted({e.batch_size for f in level.by_k for e in f.break_even})
-        for bs in sizes:
-            cells = []
-            for f in level.by_k:
-                even = f.expected_at(bs)
-                if even is None:
-                    cells.append("-")
-                    continue
-                text = _fmt(even.expected_speedup)
-                if even.measured_speedup is not None:
-                    text += f" (measured {_fmt(even.measured_speedup)})"
-                cells.append(f"**{text}**" if level.best_k.get(bs) == f.k else text)
-            best = level.best_k.get(bs)
-            rows.append(
-                f"| {level.drafter} | {bs} | " + " | ".join(cells) + f" | {_fmt(best, 'd')} |"
-            )
-    if not rows:
-        return []
-    ks = [f.k for f in levels[0].by_k]
-    head = "| drafter | batch size | " + " | ".join(f"k={k}" for k in ks) + " | best k |"
-    return [head, "|---|---|" + "---|" * (len(ks) + 1), *rows]
 
 
 def check_table(levels: Sequence[OracleLevel]) -> list[str]:
@@ -133,23 +105,156 @@ def render_oracle(levels: Sequence[OracleLevel]) -> list[str]:
             f"{level.questions} questions ({cost})"
         )
         out += ["", title, "", *al_by_k_table(level)]
-    if table := best_k_table(levels):
-        out += ["", "### Best k per batch size (break-even model)", "", *table]
     if table := check_table(levels):
         out += ["", "### Measured against predicted", "", *table, "", CHECK_NOTE]
     return out
 
 
+SPEEDUP_NOTE = (
+    "Predicted speedup = a closed loop of the level's own requests replayed with the oracle's "
+    "steps, every engine iteration priced by step costs fitted on this host (a fixed cost, "
+    "one per running sequence, one per processed token): the target's from the no-SD levels "
+    "(a verify step processes 1 + drafted tokens per request), a draft model's k passes per "
+    "step from the draft-model SD levels; SD off and SD through the same costs. Each "
+    "measured level's prediction is made without its timings: prompt lookup uses no SD "
+    "timing at all, a draft-model level's passes are fitted on the other draft-model levels "
+    "(leave one out). error = predicted / measured - 1. "
+    "Break-even model: the earlier AL / (1 + f k c), which charges nothing for verifying k + 1 "
+    "tokens per stream. k = 0 is SD off; a k is recommended only where it gains 1 % or more."
+)
+
+
+RECOMMEND_NOTE = (
+    "Measured speedup of SD off is 1 by definition. paired e2e ratio: the grid level's summed "
+    "end-to-end time over the recommended level's, on the questions both measured, with a "
+    "bootstrap interval over questions; beat: above 1; matched: holds 1; lost: below 1; "
+    "same: the grid's k is the recommendation."
+)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f}"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v * 100:+.1f} %"
+
+
+def _ranges(ranges: Sequence[Sequence[int]]) -> str:
+    parts = []
+    for first, last, k in ranges:
+        span = f"bs {first}" if first == last else f"bs {first}-{last}"
+        parts.append(f"{span}: {'off' if k == 0 else f'k={k}'}")
+    return "; ".join(parts)
+
+
+def render_speedup(model: SpeedupModel | None) -> list[str]:
+    """The report's speedup-model section (empty without a model)."""
+    if model is None:
+        return []
+    out = ["## Which k at which batch size: the speedup model", "", SPEEDUP_NOTE, ""]
+    out += [
+        "| model | fixed ms | per sequence ms | per token ms | iterations (outliers) | R² "
+        "| fitted on |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    fits = (("target", model.target), ("draft alone", model.draft),
+            ("draft pass in SD", model.draft_pass))  # fmt: skip
+    for name, fit in fits:
+        if fit is not None:
+            out.append(
+                f"| {name} | {_ms(fit.fixed_s)} | {_ms(fit.per_sequence_s)} | "
+                f"{_ms(fit.per_token_s)} | {fit.iterations} ({fit.outliers}) | "
+                f"{_fmt(fit.r2, '.3f')} | {', '.join(fit.sources)} |"
+            )
+    if model.checks:
+        out += ["", "### Measured SD levels against the prediction made without them", ""]
+        out += [
+            "| drafter | k | batch size | measured | predicted | error | break-even model "
+            "| its error |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for c in model.checks:
+            out.append(
+                f"| {c.drafter} | {c.k} | {c.batch_size} | {_fmt(c.measured_speedup)}x | "
+                f"{_fmt(c.predicted_speedup)}x | {_pct(c.error)} | "
+                f"{_fmt(c.old_model_speedup)}x | {_pct(c.old_model_error)} |"
+            )
+    if model.curves:
+        ks = sorted({k for c in model.curves for k in c.speedup})
+        out += ["", "### Predicted speedup by k (k=0: SD off; the best in bold)", ""]
+        out += ["| drafter | batch size | questions | " + " | ".join(f"k={k}" for k in ks)
+                + " | best k |", "|---|---|---|" + "---|" * (len(ks) + 1)]  # fmt: skip
+        for curve in model.curves:
+            cells = []
+            for k in ks:
+                text = _fmt(curve.speedup.get(k))
+                cells.append(f"**{text}**" if k == curve.best_k else text)
+            best = "off" if curve.best_k == 0 else str(curve.best_k)
+            out.append(f"| {curve.drafter} | {curve.batch_size} | {curve.questions} | "
+                       + " | ".join(cells) + f" | {best} |")  # fmt: skip
+    if model.recommendations:
+        out += ["", "### The recommended k, measured beside the grid's", "", RECOMMEND_NOTE, ""]
+        out += [
+            "| drafter | batch size | recommended | predicted | measured | grid k | predicted "
+            "| measured | paired e2e ratio [95 %] | verdict |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in model.recommendations:
+            ci = r.paired_ratio
+            ratio = "-" if ci is None else f"{_fmt(ci.value)} [{_fmt(ci.low)}, {_fmt(ci.high)}]"
+            best = "off" if r.best_k == 0 else f"k={r.best_k}"
+            out.append(
+                f"| {r.drafter} | {r.batch_size} | {best} | {_fmt(r.predicted_best)}x | "
+                f"{_fmt(r.measured_best)}x | k={r.grid_k} | {_fmt(r.predicted_grid)}x | "
+                f"{_fmt(r.measured_grid)}x | {ratio} | {r.verdict} |"
+            )
+    if model.schedules:
+        out += ["", "### Draft length by batch size (schedule files beside the oracle)", ""]
+        for s in model.schedules:
+            out.append(f"- {s.drafter} ({s.split}): {_ranges(s.ranges)}")
+    return out
+
+
+def plot_speedup(model: SpeedupModel | None, path: str | Path) -> Path | None:
+    """Predicted speedup against k per batch size, one panel per drafter; x: measured."""
+    if model is None or not model.curves:
+        return None
+    import matplotlib.pyplot as plt
+
+    from speedbench.report.plots import _save
+
+    drafters = sorted({c.drafter for c in model.curves})
+    fig, axes = plt.subplots(1, len(drafters), figsize=(5.5 * len(drafters), 4.2), squeeze=False)
+    for ax, drafter in zip(axes[0], drafters, strict=True):
+        for c in (c for c in model.curves if c.drafter == drafter):
+            ks = sorted(c.speedup)
+            (line,) = ax.plot(ks, [c.speedup[k] for k in ks], marker="o", label=f"bs{c.batch_size}")
+            done = [
+                x for x in model.checks if x.drafter == drafter and x.batch_size == c.batch_size
+            ]
+            for x in done:
+                if x.measured_speedup is not None:
+                    ax.scatter(
+                        [x.k], [x.measured_speedup], marker="x", s=80, color=line.get_color()
+                    )
+        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+        ax.set(xlabel="draft length k (0: SD off)", ylabel="speedup over SD off",
+               title=f"{drafter}: predicted (lines) and measured (x)")  # fmt: skip
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
 def plot_oracle(levels: Sequence[OracleLevel], path: str | Path) -> Path | None:
-    """Average_AL and Category_AL against k per drafter; expected speedup against k per bs."""
+    """Average_AL and Category_AL against k per drafter."""
     if not levels:
         return None
     import matplotlib.pyplot as plt
 
     from speedbench.report.plots import _save
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    left, right = axes
+    fig, axes = plt.subplots(1, 1, figsize=(6.5, 4.2), squeeze=False)
+    left = axes[0][0]
     for level in levels:
         ks = [f.k for f in level.by_k]
         al = [f.views["speed_bench"].al_request_mean for f in level.by_k]
@@ -157,27 +262,10 @@ def plot_oracle(levels: Sequence[OracleLevel], path: str | Path) -> Path | None:
         for c in sorted(level.by_k[0].per_category):
             cat = [f.per_category[c]["speed_bench"].al_request_mean for f in level.by_k]
             left.plot(ks, cat, color=line.get_color(), lw=0.6, alpha=0.4)
-        for bs in sorted({e.batch_size for f in level.by_k for e in f.break_even}):
-            pts = [(f.k, e.expected_speedup) for f in level.by_k if (e := f.expected_at(bs))]
-            right.plot(*zip(*pts, strict=True), marker="o", label=f"{level.drafter} bs{bs}")
-            measured = [
-                (f.k, e.measured_speedup)
-                for f in level.by_k
-                if (e := f.expected_at(bs)) and e.measured_speedup is not None
-            ]
-            if measured:
-                right.scatter(*zip(*measured, strict=True), marker="x", s=60, color="k")
     left.set(
         xlabel="draft length k",
         ylabel="acceptance length (speed_bench view)",
         title="Predicted AL by k (thin: one line per category)",
     )
-    right.axhline(1.0, color="grey", lw=0.8, ls="--")
-    right.set(
-        xlabel="draft length k",
-        ylabel="expected speedup",
-        title="Break-even model by batch size (x: measured)",
-    )
     left.legend(fontsize=8)
-    right.legend(fontsize=8)
     return _save(fig, path)

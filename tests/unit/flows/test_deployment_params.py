@@ -46,7 +46,12 @@ def test_flat_names_are_refused_by_the_deployment_schema():
 def test_the_default_form_and_every_dispatched_form_pass_it():
     jsonschema.validate({"config": json.loads(EMBEDDED_SWEEP.model_dump_json())}, schema_of(sweep))
     child = schema_of(measure_config)
-    no_oracle = {"oracle": [], "oracle_per_category": None, "oracle_batch_size": None}
+    no_oracle = {
+        "oracle": [],
+        "oracle_per_category": None,
+        "oracle_batch_size": None,
+        "measure_best_k": False,
+    }
     forms = per_config_forms(EMBEDDED_SWEEP.with_fields(**no_oracle))
     assert [label for label, _ in forms] == ["none", "draft_model-k3", "ngram-k3"]
     for _, form in forms:

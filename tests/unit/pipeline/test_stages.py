@@ -5,12 +5,21 @@ import json
 import pytest
 
 from speedbench.config import ConfigError
+from speedbench.oracle.recommend import (
+    KSchedule,
+    SpeedupCheck,
+    SpeedupCurve,
+    SpeedupModel,
+    StepCostFigures,
+)
 from speedbench.pipeline.stages import (
     acceptance_metrics,
+    speedup_metrics,
     stage_sweep,
     throughput_metrics,
     write_stage_metrics,
 )
+from speedbench.report.oracle import render_speedup
 from speedbench.report.text import render
 from speedbench.results import SweepSummary
 
@@ -146,9 +155,10 @@ def test_acceptance_and_throughput_metrics():
 def test_stage_metrics_files_and_report(tmp_path):
     paths = write_stage_metrics(SUMMARY, tmp_path / "metrics" / "qualitative")
     names = ["acceptance.json", "throughput.json", "conditional_ar.csv", "provenance.json"]
-    assert [p.name for p in paths] == [*names, "oracle.json"]
+    assert [p.name for p in paths] == [*names, "oracle.json", "speedup_model.json"]
     # Every stage file carries the results schema; no oracle in this sweep: its levels are empty.
     assert json.loads(paths[4].read_text()) == {"levels": {}, "schema_version": 2}
+    assert json.loads(paths[5].read_text()) == {"levels": {}, "schema_version": 2}
     assert json.loads(paths[0].read_text())["schema_version"] == 2
     assert json.loads(paths[1].read_text())["levels"]["ngram-k2/qualitative/bs1"]["speedup"] == 1.2
     assert json.loads(paths[3].read_text()) == {"schema_version": 2}
@@ -170,3 +180,37 @@ def test_stage_metrics_files_and_report(tmp_path):
     assert "| ngram-k2 | bs1 | speed_bench | 1.95 | 0.600 | 0.500 |" in text
     assert "| ngram-k2 | bs1 | counters | 2.10 | 0.710 | 0.520 |" in text
     assert "| ngram-k2 | qualitative | 1 | 6.00 | 6.10 | 1.20 | 0% |" in text
+
+
+MODEL = SpeedupModel(
+    target=StepCostFigures(fixed_s=0.05, per_sequence_s=0.002, per_token_s=0.0005,
+                           iterations=900, outliers=3, r2=0.97, sources=["none/qualitative/bs1"]),
+    curves=[SpeedupCurve(drafter="ngram", split="qualitative", batch_size=1, questions=11,
+                         speedup={0: 1.0, 2: 1.3, 3: 1.25}, best_k=2)],
+    checks=[SpeedupCheck(level="ngram-k3/qualitative/bs1", drafter="ngram", split="qualitative",
+                         batch_size=1, k=3, measured_speedup=1.2, predicted_speedup=1.25,
+                         error=1.25 / 1.2 - 1, old_model_speedup=1.5, old_model_error=0.25)],
+    schedules=[KSchedule(drafter="ngram", split="qualitative", ranges=[(1, 4, 2), (5, 16, 0)],
+                         speedup={1: 1.3})],
+)  # fmt: skip
+
+
+def test_the_speedup_model_in_its_metrics_file_and_the_report(tmp_path):
+    figures = speedup_metrics(MODEL)
+    assert figures["levels"] == {
+        "ngram-k3/qualitative/bs1": {
+            "drafter": "ngram", "batch_size": 1, "k": 3, "measured_speedup": 1.2,
+            "predicted_speedup": 1.25, "error": 0.041667, "old_model_speedup": 1.5,
+            "old_model_error": 0.25,
+        }
+    }  # fmt: skip
+    assert figures["predicted"] == {
+        "ngram/qualitative/bs1": {"k0": 1.0, "k2": 1.3, "k3": 1.25, "best_k": 2}
+    }
+    assert figures["schedules"] == {"ngram/qualitative": [[1, 4, 2], [5, 16, 0]]}
+    assert figures["step_costs"]["target"]["per_token_s"] == 0.0005
+    lines = render_speedup(MODEL)
+    assert "| target | 50.00 | 2.00 | 0.50 | 900 (3) | 0.970 | none/qualitative/bs1 |" in lines
+    assert "| ngram | 3 | 1 | 1.20x | 1.25x | +4.2 % | 1.50x | +25.0 % |" in lines
+    assert "| ngram | 1 | 11 | 1.00 | **1.30** | 1.25 | 2 |" in lines
+    assert "- ngram (qualitative): bs 1-4: k=2; bs 5-16: off" in lines

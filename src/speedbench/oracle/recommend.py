@@ -1,0 +1,477 @@
+"""Which k at which batch size: calibrate step costs, predict every k, check, write a schedule.
+
+After the oracle has replayed a baseline under a drafter (:mod:`speedbench.oracle.predict`),
+:func:`speedup_model` answers the question every SD deployment asks:
+
+1. **Calibrate** what an engine iteration costs on this host (:mod:`speedbench.oracle.steptime`)
+   from the no-SD levels the sweep measured anyway (the target), the draft-alone levels (the
+   draft's cost per token) and the draft-model SD levels (what a draft pass costs inside the
+   engine, which the draft served alone does not tell). Every input level is named.
+2. **Predict** the speedup of every k = 0 (SD off) .. K at every batch size the sweep
+   measured, replaying that level's own requests in a closed loop with the oracle's steps
+   (:mod:`speedbench.oracle.speedup`); the best k there.
+3. **Check** every measured SD level against the prediction for its k and batch size made
+   without its timings (prompt lookup: no SD level is an input at all; a draft model: its
+   passes fitted on the other draft-model levels), with the error, and the break-even
+   model's expectation (``AL / (1 + f k c)``, the model this one replaces) beside it.
+4. **Schedule**: the best k at every batch size 1..B on the oracle's own requests, as
+   inclusive ranges ``(first, last, k)``: what vLLM's ``num_speculative_tokens_per_batch_size``
+   reads (:mod:`speedbench.oracle.schedule` writes it for each engine).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from speedbench.metrics.bootstrap import Interval as BootInterval
+from speedbench.oracle.predict import OracleLevel, Prediction
+from speedbench.oracle.speedup import DraftPassCosts, ReplayRequest, replay_seconds
+from speedbench.oracle.steptime import StepCosts, engine_iterations, fit_step_costs, robust_lstsq
+from speedbench.records import RequestRecord, measured, read_parquet
+from speedbench.results import (
+    SCHEMA_VERSION,
+    Figure,
+    Interval,
+    Result,
+    SummaryRow,
+    SweepSummary,
+    finite,
+)
+
+# A recommendation of k needs a predicted gain over SD off of at least this much; below it,
+# run without SD (a 1 % gain is inside any host's run-to-run spread).
+MIN_GAIN = 1.01
+SPEEDUP_MODEL_FILE = "speedup_model.json"
+
+
+class StepCostFigures(Result):
+    """A fitted :class:`~speedbench.oracle.steptime.StepCosts` and what it rests on."""
+
+    fixed_s: float
+    per_sequence_s: float
+    per_token_s: float
+    iterations: int
+    outliers: int
+    r2: Figure
+    sources: list[str]
+
+    @classmethod
+    def of(cls, costs: StepCosts) -> StepCostFigures:
+        """The figures of a fit."""
+        return cls(
+            fixed_s=costs.fixed_s,
+            per_sequence_s=costs.per_sequence_s,
+            per_token_s=costs.per_token_s,
+            iterations=costs.iterations,
+            outliers=costs.outliers,
+            r2=costs.r2,
+            sources=list(costs.sources),
+        )
+
+    def costs(self) -> StepCosts:
+        """Back to the fit."""
+        return StepCosts(self.fixed_s, self.per_sequence_s, self.per_token_s, self.iterations,
+                         self.outliers, self.r2 or float("nan"), tuple(self.sources))  # fmt: skip
+
+
+class SpeedupCurve(Result):
+    """Predicted speedup of one drafter at one measured batch size, for every k (0: SD off)."""
+
+    drafter: str
+    split: str
+    batch_size: int
+    questions: int
+    speedup: dict[int, float]
+    best_k: int
+
+
+class SpeedupCheck(Result):
+    """One measured SD level beside the prediction made without its timings."""
+
+    level: str
+    drafter: str
+    split: str
+    batch_size: int
+    k: int
+    measured_speedup: Figure
+    predicted_speedup: Figure
+    # predicted / measured - 1
+    error: Figure
+    # The break-even model AL / (1 + f k c) on the oracle's AL, and its error.
+    old_model_speedup: Figure = None
+    old_model_error: Figure = None
+
+
+class KSchedule(Result):
+    """The best k at every batch size 1..max_batch_size, as inclusive ranges (k 0: SD off)."""
+
+    drafter: str
+    split: str
+    ranges: list[tuple[int, int, int]]
+    # Batch size -> predicted speedup of its k over SD off.
+    speedup: dict[int, float]
+
+
+class Recommendation(Result):
+    """The recommended k at one batch size, measured beside the grid's k.
+
+    ``paired_ratio`` is the sum of the grid level's end-to-end times over the recommended
+    level's, over the questions both measured, with a bootstrap interval over questions
+    (above 1: the recommendation answered faster). ``verdict``: ``beat`` (interval above 1),
+    ``matched`` (it holds 1), ``lost`` (below 1), or ``same`` where the grid's k is the best.
+    """
+
+    drafter: str
+    split: str
+    batch_size: int
+    grid_k: int
+    best_k: int
+    predicted_best: Figure
+    predicted_grid: Figure
+    measured_best: Figure
+    measured_grid: Figure
+    paired_ratio: Interval | None = None
+    verdict: Literal["beat", "matched", "lost", "same", "untested"]
+
+    @classmethod
+    def of(
+        cls,
+        curve: SpeedupCurve,
+        grid_k: int,
+        grid: SummaryRow,
+        best: SummaryRow,
+        ratio: BootInterval | None,
+    ) -> Recommendation:
+        """The verdict of one curve's best k against the grid's measured level."""
+        speed = lambda r: 1.0 if not r.is_speculative else r.speedup  # noqa: E731
+        verdict: Literal["beat", "matched", "lost", "same", "untested"] = "same"
+        if best is not grid:
+            verdict = "untested"
+            if ratio is not None and ratio.low == ratio.low:  # not NaN
+                verdict = "beat" if ratio.low > 1 else "lost" if ratio.high < 1 else "matched"
+        return cls(
+            drafter=curve.drafter,
+            split=curve.split,
+            batch_size=curve.batch_size,
+            grid_k=grid_k,
+            best_k=curve.best_k,
+            predicted_best=curve.speedup.get(curve.best_k),
+            predicted_grid=curve.speedup.get(grid_k),
+            measured_best=speed(best),
+            measured_grid=speed(grid),
+            paired_ratio=Interval.model_validate(finite(ratio.as_dict())) if ratio else None,
+            verdict=verdict,
+        )
+
+
+class SpeedupModel(Result):
+    """What a sweep's step costs and oracle say about every k at every batch size."""
+
+    kind: Literal["speedup_model"] = "speedup_model"
+    target: StepCostFigures
+    # The draft served alone (its per-token cost) and its passes inside SD iterations.
+    draft: StepCostFigures | None = None
+    draft_pass: StepCostFigures | None = None
+    min_gain: float = MIN_GAIN
+    curves: list[SpeedupCurve] = Field(default_factory=list)
+    checks: list[SpeedupCheck] = Field(default_factory=list)
+    schedules: list[KSchedule] = Field(default_factory=list)
+    recommendations: list[Recommendation] = Field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
+
+    def curve(self, drafter: str, split: str, batch_size: int) -> SpeedupCurve | None:
+        """The predicted curve of one drafter at one split and batch size, if made."""
+        match = (drafter, split, batch_size)
+        return next((c for c in self.curves if (c.drafter, c.split, c.batch_size) == match), None)
+
+
+def calibrate(levels: Sequence[tuple[str, Path]]) -> StepCosts:
+    """Step costs fitted on the iterations of no-SD levels (label, folder with records)."""
+    iterations = []
+    for _, folder in levels:
+        iterations += engine_iterations(_ok(folder))
+    return fit_step_costs(iterations, [label for label, _ in levels])
+
+
+def _ok(folder: Path) -> list[RequestRecord]:
+    return [r for r in read_parquet(folder / "records.parquet") if r.ok]
+
+
+# A draft-model SD level to learn the drafter's pass costs from: (label, folder, k).
+DraftLevel = tuple[str, Path, int]
+
+
+def fit_draft_pass(
+    levels: Sequence[DraftLevel], target: StepCosts, per_token_s: float | None
+) -> StepCosts:
+    """What one draft pass costs inside an SD iteration, fitted on draft-model SD levels.
+
+    Each iteration's time less the target's verify pass (from ``target``) is ``k`` passes:
+    the first over the verified tokens, ``k - 1`` over one token per request
+    (:func:`speedbench.oracle.speedup.iteration_seconds`). ``per_token_s`` (the draft served
+    alone) prices the tokens where known; the fixed and per-sequence costs are fitted, the
+    per-sequence one only where the levels ran more than one batch size.
+
+    Raises:
+        ValueError: No level, or fewer iterations than coefficients.
+    """
+    rows = []
+    for _, folder, k in levels:
+        rows += [(it, k) for it in engine_iterations(_ok(folder), drafted=k)]
+    if not rows:
+        raise ValueError("no draft-model SD level to learn the drafter's pass costs from")
+    spread = len({it.sequences for it, _ in rows}) > 1
+    known = per_token_s is not None
+    x, y = [], []
+    for it, k in rows:
+        passes_tokens = it.tokens + (k - 1) * it.sequences
+        rest = it.seconds - target.seconds(it.sequences, it.tokens)
+        row = [float(k)] + ([k * float(it.sequences)] if spread else [])
+        if known:
+            rest -= per_token_s * passes_tokens  # type: ignore[operator]
+        else:
+            row.append(float(passes_tokens))
+        x.append(row)
+        y.append(rest)
+    if len(y) < len(x[0]):
+        raise ValueError(f"{len(y)} SD iterations; the draft-pass fit needs {len(x[0])}")
+    coef, keep, r2 = robust_lstsq(np.array(x), np.array(y))
+    fixed = float(coef[0])
+    per_seq = float(coef[1]) if spread else 0.0
+    per_token = per_token_s if per_token_s is not None else float(coef[-1])
+    sources = tuple(label for label, _, _ in levels)
+    kept = int(keep.sum())
+    return StepCosts(fixed, per_seq, float(per_token), kept, len(y) - kept, r2, sources)
+
+
+def _pass(costs: StepCosts) -> DraftPassCosts:
+    return DraftPassCosts(costs.fixed_s, costs.per_sequence_s, costs.per_token_s)
+
+
+def best_of(speedup: dict[int, float]) -> int:
+    """The k of the highest predicted speedup; 0 (SD off) unless one gains ``MIN_GAIN``."""
+    k, best = max(speedup.items(), key=lambda kv: (kv[1], -kv[0]))
+    return k if best >= MIN_GAIN else 0
+
+
+def _key(r: RequestRecord) -> tuple[str, int]:
+    return r.prompt_id, r.turn
+
+
+def replay_requests(
+    prediction: Prediction, level_records: Sequence[RequestRecord], ks: Sequence[int]
+) -> dict[int, list[ReplayRequest]] | None:
+    """A measured baseline level's requests, in the order sent, for k = 0 and every k.
+
+    None where one of them is not among the oracle's (another question set).
+    """
+    index = {_key(r): i for i, r in enumerate(prediction.requests) if r.repeat == 0}
+    sent = sorted((r for r in measured(level_records) if r.repeat == 0), key=lambda r: r.start_s)
+    if not sent or any(_key(r) not in index for r in sent):
+        return None
+    out: dict[int, list[ReplayRequest]] = {0: []}
+    for k in ks:
+        out[k] = []
+    for r in sent:
+        i = index[_key(r)]
+        base = prediction.requests[i]
+        out[0].append(ReplayRequest.baseline(base.prompt_tokens, base.output_tokens))
+        for k in ks:
+            out[k].append(ReplayRequest.of(base.prompt_tokens, prediction.streams[k][i], k))
+    return out
+
+
+def speedups(
+    requests: dict[int, list[ReplayRequest]],
+    batch_size: int,
+    target: StepCosts,
+    draft: DraftPassCosts | None,
+) -> dict[int, float]:
+    """Predicted speedup of every k in ``requests`` (0 is SD off: 1.0 by definition)."""
+    base = replay_seconds(requests[0], batch_size, target)
+    out = {0: 1.0}
+    for k, reqs in requests.items():
+        if k:
+            out[k] = base / replay_seconds(reqs, batch_size, target, draft, k)
+    return out
+
+
+def schedule(
+    requests: dict[int, list[ReplayRequest]],
+    max_batch_size: int,
+    target: StepCosts,
+    draft: DraftPassCosts | None,
+) -> tuple[list[tuple[int, int, int]], dict[int, float]]:
+    """The best k at every batch size 1..max_batch_size, merged into inclusive ranges.
+
+    A batch size keeps the k of the one before it unless another k beats it by ``MIN_GAIN``.
+    """
+    ranges: list[tuple[int, int, int]] = []
+    gains: dict[int, float] = {}
+    for bs in range(1, max_batch_size + 1):
+        curve = speedups(requests, bs, target, draft)
+        k = best_of(curve)
+        # Keep the previous range's k while it is within MIN_GAIN of the best: a schedule
+        # that flips between two near-equal k at every batch size follows noise.
+        held = ranges[-1][2] if ranges else 0
+        if held and held in curve and curve[held] >= MIN_GAIN <= curve[k] <= curve[held] * MIN_GAIN:
+            k = held
+        gains[bs] = curve[k]
+        if ranges and ranges[-1][2] == k:
+            ranges[-1] = (ranges[-1][0], bs, k)
+        else:
+            ranges.append((bs, bs, k))
+    return ranges, gains
+
+
+def speedup_model(
+    summary: SweepSummary,
+    oracles: Sequence[tuple[OracleLevel, Prediction]],
+    level_dir: Callable[[SummaryRow], Path],
+    target_levels: Sequence[tuple[str, Path]],
+    draft_levels: Sequence[tuple[str, Path]] = (),
+    max_batch_size: int | None = None,
+) -> SpeedupModel:
+    """Calibrate, predict every k at every measured batch size, check each SD level.
+
+    Args:
+        summary: The sweep's levels (the measured SD levels to check, their speedups).
+        oracles: Each oracle level with the prediction it was made from.
+        level_dir: A summary row's folder (its records).
+        target_levels: (label, folder) of the no-SD levels of the target to calibrate on.
+        draft_levels: (label, folder) of the draft model's levels alone (its per-token cost).
+        max_batch_size: The schedule's last batch size (default: the largest measured).
+
+    The target's costs come from no-SD levels only, so every prompt-lookup prediction is made
+    without any SD timing. A draft model's passes are priced from the draft-model SD levels;
+    each such level's check uses a fit on the *other* draft-model levels (leave one out).
+
+    Raises:
+        ValueError: The no-SD levels cannot be calibrated on (too few iterations, no prefill).
+    """
+    target = calibrate(target_levels)
+    alone = calibrate(draft_levels) if draft_levels else None
+    per_token = alone.per_token_s if alone else None
+    closed = [r for r in summary.levels if not r.open_loop]
+    sd_drafts: list[tuple[SummaryRow, DraftLevel]] = [
+        (r, (f"{r.config}/{r.split}/{r.load}", level_dir(r), r.k))
+        for r in closed
+        if r.method == "draft_model"
+    ]
+    passes = None
+    if sd_drafts:
+        passes = fit_draft_pass([d for _, d in sd_drafts], target, per_token)
+    model = SpeedupModel(
+        target=StepCostFigures.of(target),
+        draft=StepCostFigures.of(alone) if alone else None,
+        draft_pass=StepCostFigures.of(passes) if passes else None,
+    )
+    baselines = {(r.split, r.batch_size): r for r in closed if not r.is_speculative}
+    # One curve per drafter, split and batch size: from the oracle level replaying the
+    # baseline at that batch size where there is one (its own requests), else any that
+    # holds the level's questions; one schedule per drafter and split, from the largest.
+    usable = [
+        (level, prediction)
+        for level, prediction in oracles
+        if level.drafter != "draft_model" or passes is not None
+    ]
+    draft = _pass(passes) if passes else None
+    for (split, bs), row in sorted(baselines.items()):
+        records = read_parquet(level_dir(row) / "records.parquet")
+        for drafter in dict.fromkeys(level.drafter for level, _ in usable):
+            mine = sorted(
+                (p for p in usable if p[0].drafter == drafter and p[0].split == split),
+                key=lambda p: p[0].batch_size != bs,
+            )
+            for level, prediction in mine:
+                requests = replay_requests(prediction, records, sorted(prediction.streams))
+                if requests is not None:
+                    passes_of = draft if drafter == "draft_model" else None
+                    _predict_level(model, level, requests, row, closed, sd_drafts, target,
+                                   passes_of, per_token)  # fmt: skip
+                    break
+    top = max_batch_size or max((bs for _, bs in baselines), default=1)
+    planned: set[tuple[str, str]] = set()
+    for level, prediction in sorted(usable, key=lambda p: -p[0].requests):
+        if (level.drafter, level.split) in planned:
+            continue
+        own = replay_requests(prediction, prediction.requests, sorted(prediction.streams))
+        if own is not None:
+            passes_of = draft if level.drafter == "draft_model" else None
+            ranges, gains = schedule(own, top, target, passes_of)
+            model.schedules.append(KSchedule(drafter=level.drafter, split=level.split,
+                                             ranges=ranges, speedup=gains))  # fmt: skip
+            planned.add((level.drafter, level.split))
+    return model
+
+
+def _predict_level(
+    model: SpeedupModel,
+    level: OracleLevel,
+    requests: dict[int, list[ReplayRequest]],
+    baseline: SummaryRow,
+    closed: Sequence[SummaryRow],
+    sd_drafts: Sequence[tuple[SummaryRow, DraftLevel]],
+    target: StepCosts,
+    draft: DraftPassCosts | None,
+    per_token: float | None,
+) -> None:
+    """The curve of one drafter at one baseline's batch size, and checks of its SD levels."""
+    split, bs = baseline.split, baseline.batch_size
+    curve = speedups(requests, bs, target, draft)
+    model.curves.append(
+        SpeedupCurve(drafter=level.drafter, split=split, batch_size=bs,
+                     questions=len(requests[0]), speedup=curve, best_k=best_of(curve))
+    )  # fmt: skip
+    for r in closed:
+        if r.method != level.drafter or r.split != split or r.batch_size != bs:
+            continue
+        predicted = curve.get(r.k)
+        if level.drafter == "draft_model":
+            predicted = _left_out(r, requests, sd_drafts, target, per_token)
+        model.checks.append(check_level(r, predicted, level))
+
+
+def _left_out(
+    row: SummaryRow,
+    requests: dict[int, list[ReplayRequest]],
+    sd_drafts: Sequence[tuple[SummaryRow, DraftLevel]],
+    target: StepCosts,
+    per_token: float | None,
+) -> float | None:
+    """The draft-model level's speedup predicted with its own timings left out of every fit."""
+    others = [d for r, d in sd_drafts if r is not row]
+    if not others or row.k not in requests:
+        return None
+    passes = _pass(fit_draft_pass(others, target, per_token))
+    base = replay_seconds(requests[0], row.batch_size, target)
+    return base / replay_seconds(requests[row.k], row.batch_size, target, passes, row.k)
+
+
+def check_level(
+    row: SummaryRow, predicted: float | None, level: OracleLevel | None
+) -> SpeedupCheck:
+    """A measured SD level beside its predicted speedup and the break-even model's."""
+    measured_speedup = row.speedup
+    old = None
+    figures = level.at(row.k) if level is not None else None
+    if figures is not None and (even := figures.expected_at(row.batch_size)):
+        old = even.expected_speedup
+    err = lambda p: p / measured_speedup - 1 if p is not None and measured_speedup else None  # noqa: E731
+    return SpeedupCheck(
+        level=f"{row.config}/{row.split}/{row.load}",
+        drafter=row.method,
+        split=row.split,
+        batch_size=row.batch_size,
+        k=row.k,
+        measured_speedup=measured_speedup,
+        predicted_speedup=predicted,
+        error=err(predicted),
+        old_model_speedup=old,
+        old_model_error=err(old),
+    )

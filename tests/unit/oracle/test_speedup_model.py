@@ -1,0 +1,187 @@
+"""Step costs, the closed-loop replay and schedules on hand-made numbers (worked by hand)."""
+
+from __future__ import annotations
+
+import pytest
+
+from speedbench.oracle.recommend import best_of, fit_draft_pass, schedule
+from speedbench.oracle.schedule import check_ranges, engine_schedules
+from speedbench.oracle.speedup import (
+    DraftPassCosts,
+    ReplayRequest,
+    iteration_seconds,
+    predicted_speedup,
+    replay_seconds,
+)
+from speedbench.oracle.steptime import Iteration, StepCosts, engine_iterations, fit_step_costs
+from speedbench.records import RequestRecord, write_parquet
+
+
+def _record(rid: str, prompt: int, times: list[float], k: int = 0) -> RequestRecord:
+    return RequestRecord(
+        request_id=rid, prompt_id=rid, prompt_tokens=prompt, chunk_times_s=times,
+        chunk_tokens=[1] * len(times), k=k,
+    )  # fmt: skip
+
+
+def test_iterations_are_the_bursts_of_every_request_chunk():
+    records = [
+        _record("a", 10, [1.0, 1.5, 2.0]),
+        _record("b", 20, [1.001, 1.501, 2.001, 2.5]),
+        _record("c", 30, [2.502, 3.0]),  # joins when a ends: prefilled beside b's last step
+    ]
+    its = engine_iterations(records)
+    # The first burst has no predecessor to time it from.
+    assert its == [
+        Iteration(seconds=0.5, sequences=2, tokens=2, decoding=2),
+        Iteration(seconds=0.5, sequences=2, tokens=2, decoding=2),
+        Iteration(seconds=0.5, sequences=2, tokens=31, prefill_tokens=30, decoding=1),
+        Iteration(seconds=0.5, sequences=1, tokens=1, decoding=1),
+    ]
+
+
+def test_a_draft_model_level_verifies_k_drafted_tokens_per_request():
+    records = [_record("a", 10, [1.0, 1.5, 2.0], k=3), _record("b", 20, [1.001, 1.501], k=3)]
+    assert engine_iterations(records, drafted=3) == [
+        Iteration(seconds=0.5, sequences=2, tokens=8, decoding=2),
+        Iteration(seconds=0.5, sequences=1, tokens=4, decoding=1),
+    ]
+
+
+def test_the_fit_recovers_known_costs_and_drops_a_pause():
+    truth = StepCosts(fixed_s=0.1, per_sequence_s=0.01, per_token_s=0.001)
+    shapes = [(1, 1), (2, 2), (4, 4), (8, 8), (16, 16), (2, 101), (4, 203), (1, 50)]
+    its = [Iteration(truth.seconds(b, n), b, n, n - b) for b, n in shapes]
+    its.append(Iteration(5.0, 4, 4))  # a garbage-collection pause, no step
+    fit = fit_step_costs(its, ["none/q/bs1"])
+    assert fit.fixed_s == pytest.approx(0.1, abs=1e-9)
+    assert fit.per_sequence_s == pytest.approx(0.01, abs=1e-9)
+    assert fit.per_token_s == pytest.approx(0.001, abs=1e-9)
+    assert (fit.iterations, fit.outliers, fit.sources) == (8, 1, ("none/q/bs1",))
+
+
+def test_the_fit_needs_a_prefill_to_tell_a_token_from_a_sequence():
+    its = [Iteration(0.1 * b, b, b) for b in (1, 2, 4, 8)]
+    with pytest.raises(ValueError, match="no prefill iteration"):
+        fit_step_costs(its)
+
+
+def test_an_sd_iteration_is_the_verify_pass_and_k_draft_passes():
+    target = StepCosts(fixed_s=0.2, per_sequence_s=0.01, per_token_s=0.004)
+    draft = DraftPassCosts(fixed_s=0.3, per_sequence_s=0.01, per_token_s=0.001)
+    # Two requests with 3 drafted each: the target verifies 8 tokens, 0.2 + 0.02 + 0.032;
+    # the draft's first pass runs over the same 8 (padded), 0.3 + 0.02 + 0.008; two more
+    # over one token per request, 2 x (0.3 + 0.02 + 0.002).
+    seconds = iteration_seconds(target, draft, 3, [], [3, 3])
+    assert seconds == pytest.approx(0.252 + 0.328 + 0.644)
+    # A prefill joins: its 10 prompt tokens go through both models, plus one sequence each.
+    joined = iteration_seconds(target, draft, 3, [10], [3, 3])
+    assert joined == pytest.approx(0.2 + 0.03 + 0.072 + 0.3 + 0.03 + 0.018 + 2 * 0.333)
+
+
+def test_replay_counts_iterations_of_a_closed_loop():
+    unit = StepCosts(fixed_s=1.0, per_sequence_s=0.0, per_token_s=0.0)
+    three, two = ReplayRequest.baseline(5, 3), ReplayRequest.baseline(5, 2)
+    assert replay_seconds([three, two], 1, unit) == 5.0  # one after the other
+    assert replay_seconds([three, two], 2, unit) == 3.0  # side by side
+    # Three requests on two streams: the third joins when the two-step one ends.
+    assert replay_seconds([three, two, two], 2, unit) == 4.0
+
+
+def test_sd_pays_at_batch_size_1_and_not_at_8_when_tokens_cost():
+    # 1 s per iteration and 0.1 s per token: a weight-bound step at bs 1, compute-bound at 8.
+    costs = StepCosts(fixed_s=1.0, per_sequence_s=0.0, per_token_s=0.1)
+    base = ReplayRequest.baseline(1, 4)
+    sd = ReplayRequest(1, (1, 2, 1), (0, 3, 3))  # 4 tokens in 3 steps, 3 drafted a step
+    # bs 1, two requests: baseline 2 x (1.1 + 3 x 1.1) = 8.8; SD 2 x (1.1 + 2 x 1.4) = 7.8.
+    assert predicted_speedup([base] * 2, [sd] * 2, 1, costs, None, 3) == pytest.approx(8.8 / 7.8)
+    # bs 8, eight requests: baseline 4 x 1.8 = 7.2; SD 1.8 + 2 x (1 + 32 x 0.1) = 10.2.
+    assert predicted_speedup([base] * 8, [sd] * 8, 8, costs, None, 3) == pytest.approx(7.2 / 10.2)
+
+
+def test_the_best_k_needs_a_gain_of_one_percent_else_sd_is_off():
+    assert best_of({0: 1.0, 1: 1.2, 2: 1.3, 3: 1.25}) == 2
+    assert best_of({0: 1.0, 1: 1.005, 2: 0.9}) == 0
+    assert best_of({0: 1.0, 2: 1.3, 3: 1.3}) == 2  # a tie goes to the shorter draft
+
+
+def test_the_schedule_merges_batch_sizes_with_the_same_k():
+    costs = StepCosts(fixed_s=1.0, per_sequence_s=0.0, per_token_s=0.1)
+    base = ReplayRequest.baseline(1, 4)
+    sd = ReplayRequest(1, (1, 2, 1), (0, 3, 3))
+    requests = {0: [base] * 8, 3: [sd] * 8}
+    ranges, gains = schedule(requests, 8, costs, None)
+    # Worked as in test_sd_pays_at_batch_size_1_and_not_at_8_when_tokens_cost, per batch size:
+    # bs b runs ceil(8 / b) rounds; a round costs 4 x (1 + 0.1 b) without SD and
+    # (1 + 0.1 b) + 2 x (1 + 0.4 b) with it, so SD gains while 4 + 0.4 b > 3 + 0.9 b: b < 2.
+    assert ranges == [(1, 1, 3), (2, 8, 0)]
+    assert gains[1] == pytest.approx(4.4 / 3.9)
+    assert gains[8] == 1.0
+
+
+def test_vllm_takes_one_config_with_the_ranges_and_sglang_one_launch_per_range():
+    files = engine_schedules("draft_model", [(1, 4, 3), (5, 16, 0)], "/models/draft")
+    assert files["vllm"]["speculative_config"] == {
+        "method": "draft_model",
+        "model": "/models/draft",
+        "num_speculative_tokens": 3,
+        "num_speculative_tokens_per_batch_size": [[1, 4, 3], [5, 16, 0]],
+    }
+    first, second = files["sglang"]["launches"]
+    assert first["args"] == [
+        "--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path",
+        "/models/draft", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+        "--speculative-num-draft-tokens", "4", "--max-running-requests", "4",
+    ]  # fmt: skip
+    assert second == {"batch_sizes": [5, 16], "k": 0, "args": ["--max-running-requests", "16"]}
+    # SD off everywhere: vLLM runs without a speculative config.
+    off = engine_schedules("ngram", [(1, 16, 0)], None, (1, 4))
+    assert off["vllm"]["speculative_config"] is None
+
+
+@pytest.mark.parametrize(
+    "ranges",
+    [[], [(2, 4, 3)], [(1, 4, 3), (6, 8, 2)], [(1, 4, 3), (4, 8, 2)], [(1, 4, -1)]],
+    ids=["empty", "not-from-1", "gap", "overlap", "negative-k"],
+)
+def test_a_schedule_no_engine_could_load_is_refused(ranges):
+    with pytest.raises(ValueError, match="schedule"):
+        check_ranges(ranges)
+
+
+def test_a_schedule_keeps_its_k_through_near_ties():
+    costs = StepCosts(fixed_s=1.0, per_sequence_s=0.0, per_token_s=0.0)
+    # Every iteration costs 1 s: k=2 takes 3 steps, k=3 also 3 (its extra draft never lands).
+    requests = {
+        0: [ReplayRequest.baseline(1, 6)],
+        2: [ReplayRequest(1, (1, 3, 2), (0, 2, 2))],
+        3: [ReplayRequest(1, (1, 3, 2), (0, 3, 3))],
+    }
+    ranges, gains = schedule(requests, 3, costs, None)
+    assert ranges == [(1, 3, 2)]  # the tie goes to the shorter draft and is kept
+    assert gains == {1: 2.0, 2: 2.0, 3: 2.0}
+
+
+def test_the_draft_pass_is_fitted_on_what_sd_iterations_cost_beyond_the_verify(tmp_path):
+    target = StepCosts(fixed_s=0.1, per_sequence_s=0.01, per_token_s=0.001)
+    truth = DraftPassCosts(fixed_s=0.05, per_sequence_s=0.02, per_token_s=0.002)
+    k = 2
+
+    def step(b: int) -> float:  # verify 3 tokens a request, then k passes
+        return iteration_seconds(target, truth, k, [], [k] * b)
+
+    # Two requests start together; B ends after 2 steps, A takes 3 more alone.
+    times, t = [0.0], 0.0
+    for b in (2, 2, 1, 1, 1):
+        t += step(b)
+        times.append(t)
+    a = _record("a", 10, times, k=k)
+    b = _record("b", 10, times[:3], k=k)
+    level = tmp_path / "draft_model-k2" / "q" / "bs2"
+    write_parquet([a, b], level / "records.parquet")
+    fit = fit_draft_pass([("draft_model-k2/q/bs2", level, k)], target, per_token_s=0.002)
+    assert fit.fixed_s == pytest.approx(0.05)
+    assert fit.per_sequence_s == pytest.approx(0.02)
+    assert (fit.per_token_s, fit.iterations, fit.sources) == (0.002, 5, ("draft_model-k2/q/bs2",))
+    with pytest.raises(ValueError, match="no draft-model SD level"):
+        fit_draft_pass([], target, 0.002)

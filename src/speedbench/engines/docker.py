@@ -131,10 +131,16 @@ def _mounted(
     return f"{mount}/{file_name}" if file_name else mount
 
 
-def container_options(engine: EngineConfig, spec: SpecConfig) -> dict[str, Any]:
-    """Everything of the ``containers.create`` call for this engine and SD configuration."""
-    adapter = get_engine(engine.kind)
-    image_spec = container_spec(engine.kind)
+def container_view(
+    engine: EngineConfig, spec: SpecConfig
+) -> tuple[EngineConfig, SpecConfig, dict[str, dict[str, str]]]:
+    """The engine and SD config as the container sees them, and the mounts that make it so.
+
+    Model folders are the container's (``/models/target``, ``/models/draft``), and so is the
+    address the server binds. Everything the engine reads inside the container (its argv,
+    its launch files, the model name its requests must carry) is built from these, never
+    from the host's paths.
+    """
     remote = remote_host(engine) is not None
     volumes: dict[str, dict[str, str]] = {}
     inside = engine.model_copy(
@@ -142,12 +148,20 @@ def container_options(engine: EngineConfig, spec: SpecConfig) -> dict[str, Any]:
             "model": _mounted(engine.model, TARGET_MOUNT, volumes, remote),
             "tokenizer": None,
             "host": "0.0.0.0",  # inside the container; the published port picks the address
-            "port": image_spec.port,
+            "port": container_spec(engine.kind).port,
         }
     )
     inside_spec = spec.model_copy(
         update={"draft_model": _mounted(spec.draft_model, DRAFT_MOUNT, volumes, remote)}
     )
+    return inside, inside_spec, volumes
+
+
+def container_options(engine: EngineConfig, spec: SpecConfig) -> dict[str, Any]:
+    """Everything of the ``containers.create`` call for this engine and SD configuration."""
+    adapter = get_engine(engine.kind)
+    image_spec = container_spec(engine.kind)
+    inside, inside_spec, volumes = container_view(engine, spec)
     command = adapter.server_args(inside, inside_spec, files_dir=LAUNCH_FILES_DIR)
     binding: dict[str, Any] = {}
     if engine.cpus:
@@ -243,7 +257,8 @@ def launch_docker(
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_bytes(b"")
-    files = adapter.launch_files(engine, spec)
+    inside, inside_spec, _ = container_view(engine, spec)
+    files = adapter.launch_files(inside, inside_spec)
     if files:  # kept next to the log, as a record of what the engine was started with
         files_dir = log_path.parent / "engine-files"
         files_dir.mkdir(parents=True, exist_ok=True)
@@ -280,7 +295,9 @@ def launch_docker(
                 ) from None
             raise EngineError(f"cannot start {options['image']}: {detail}") from None
         pump = _LogPump(container, log_path)
-        running = RunningEngine(engine, spec, adapter, log_path, container_id=container.id)
+        # Requests go to the host's published port and name the model as the server loaded it.
+        requests_to = engine.model_copy(update={"model": inside.model})
+        running = RunningEngine(requests_to, spec, adapter, log_path, container_id=container.id)
         running.poll = lambda: _exit_code(container, pump)
         wait_healthy(
             engine.base_url,

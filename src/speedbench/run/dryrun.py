@@ -17,7 +17,7 @@ from typing import Any
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineError, get_engine
 from speedbench.engines.containers import container_spec
-from speedbench.engines.docker import container_options
+from speedbench.engines.docker import container_options, container_view
 from speedbench.run.plan import check_concurrency, engine_config, load_settings
 from speedbench.secrets import redact, redact_args
 from speedbench.sweep_config import SweepConfig
@@ -49,7 +49,10 @@ def launch_plan(engine: EngineConfig, spec: SpecConfig, sweep: SweepConfig) -> L
     """
     adapter = get_engine(engine.kind)
     settings = load_settings(sweep)
+    served, served_spec = engine, spec  # the engine's own view of paths: the container's
     if engine.launcher == "docker":
+        inside, served_spec, _ = container_view(engine, spec)
+        served = engine.model_copy(update={"model": inside.model})
         options = container_options(engine, spec)  # what the launcher's create call gets
         mounts = [f"-v {src}:{v['bind']}:{v['mode']}" for src, v in options["volumes"].items()]
         host, port = options["ports"][next(iter(options["ports"]))]
@@ -71,7 +74,7 @@ def launch_plan(engine: EngineConfig, spec: SpecConfig, sweep: SweepConfig) -> L
             program = [f"<{engine.kind} command of the engine environment>"]
         command = [*program, *args]
     body = adapter.request_body(
-        engine,
+        served,
         EXAMPLE_PROMPT_IDS,
         settings.max_tokens,
         settings.temperature,
@@ -83,7 +86,7 @@ def launch_plan(engine: EngineConfig, spec: SpecConfig, sweep: SweepConfig) -> L
         label=spec.label,
         launcher=engine.launcher,
         command=redact_args(command),
-        files=adapter.launch_files(engine, spec),
+        files=adapter.launch_files(served, served_spec),
         env={k: redact(k, v) for k, v in env.items()},
         body=body,
         drafting_shape=adapter.drafting_shape(spec),

@@ -41,3 +41,21 @@ def test_plan_refuses_a_batch_size_over_the_engine_cap(capsys):
         "speedbench: error: sglang runs at most 48 requests at once for ngram-k3, so batch "
         "sizes [64] would be measured at 48; set max_num_seqs to at least 64 (--max-num-seqs)"
     ]
+
+
+def test_a_container_reads_the_drafter_at_its_mount_not_the_host_path(capsys, tmp_path):
+    """TensorRT-LLM's options YAML and its requests name the container's paths."""
+    target, draft = tmp_path / "llama-70b", tmp_path / "llama-1b"
+    target.mkdir(), draft.mkdir()
+    argv = [
+        "plan", "--engine", "trtllm", "--launcher", "docker", "--gpus", "all",
+        "--model", str(target), "--draft-model", str(draft), "--methods", "draft_model",
+        "--draft-lengths", "3", "--batch-sizes", "1", "--no-baseline",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    (block,) = capsys.readouterr().out.split("## ")[1:]
+    assert f"-v {draft}:/models/draft:ro" in block
+    assert "speculative_model_dir: /models/draft" in block
+    assert str(draft) not in block.split("# file ")[1]  # no host path in the launch file
+    body = json.loads(block.split("# request body:\n")[1].splitlines()[0])
+    assert body["model"] == "/models/target"

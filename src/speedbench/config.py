@@ -10,10 +10,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from speedbench.hostcheck.cpu import ENGINE_CPUS_ENV, format_cpu_list, parse_cpu_list
 
@@ -33,6 +41,19 @@ ENGINE_KINDS: tuple[str, ...] = get_args(EngineKind)
 METHODS_NEEDING_DRAFT_MODEL = frozenset({"draft_model", "eagle", "eagle3"})
 # Methods that draft from the prompt/output text itself and take no weights.
 MODEL_FREE_METHODS = frozenset({"ngram", "suffix"})
+
+
+# Environment variable names a sweep passes to its engine by name (HF_TOKEN and the like).
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+PASS_ENV_HELP = (
+    "Environment variables the engine gets by name (e.g. HF_TOKEN for a gated hub model): "
+    "their values are read from speedbench's own environment at launch and written nowhere "
+    "(not in params, results, MLflow or logs)."
+)
+MODEL_CACHE_HELP = (
+    "docker: a folder on the engine's host mounted as every container's Hugging Face cache "
+    "(HF_HOME), so models named by hub id download once for the whole sweep."
+)
 
 
 class ConfigError(ValueError):
@@ -146,6 +167,10 @@ class EngineConfig(StrictModel):
     )
     extra_args: list[str] = Field(default_factory=list, description="Extra engine CLI arguments.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra engine environment.")
+    pass_env: list[Annotated[str, StringConstraints(pattern=ENV_NAME)]] = Field(
+        default_factory=list, description=PASS_ENV_HELP
+    )
+    model_cache: str | None = Field(default=None, description=MODEL_CACHE_HELP)
     startup_timeout_s: float = Field(default=900.0, gt=0, description="Health wait limit.")
     prefix_cache: PrefixCache = Field(
         default="reset",

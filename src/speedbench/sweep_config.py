@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, StringConstraints, model_validator
 from pydantic.fields import FieldInfo
 
 from speedbench.config import (
+    ENV_NAME,
     METHODS_NEEDING_DRAFT_MODEL,
+    MODEL_CACHE_HELP,
+    PASS_ENV_HELP,
     ArrivalProcess,
     DType,
     EngineKind,
@@ -69,6 +72,10 @@ class EngineSection(StrictModel):
         default="reset",
         description="Engine prefix cache: reset before every level, keep (engine default) or off.",
     )
+    pass_env: list[Annotated[str, StringConstraints(pattern=ENV_NAME)]] = Field(
+        default=[], description=PASS_ENV_HELP
+    )
+    model_cache: str | None = Field(default=None, description=MODEL_CACHE_HELP)
 
 
 class PromptsSection(StrictModel):

@@ -9,6 +9,7 @@ temporary directory and ``<port>`` for the synthetic server's port.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -137,6 +138,20 @@ def _(tmp, url):
 def _(tmp, url):
     fields = {"model": "m", "methods": ["ngram"], "draft_lengths": [3], "oracle": ["ngram"]}
     return message(lambda: per_config_forms(load_config(SweepConfig, fields)))
+
+
+@case("best-k-without-oracle")
+def _(tmp, url):
+    return sweep(methods=["none", "ngram"], draft_lengths=[3], measure_best_k=True)
+
+
+@case("pass-env-unset")
+def _(tmp, url):
+    from speedbench.engines.running import passed_env
+
+    os.environ.pop("SPEEDBENCH_UNSET_TOKEN", None)
+    engine = EngineConfig(model="m", pass_env=["SPEEDBENCH_UNSET_TOKEN"])
+    return message(lambda: passed_env(engine))
 
 
 @case("unknown-method")

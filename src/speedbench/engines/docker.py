@@ -56,6 +56,8 @@ STOP_GRACE_S = 10  # SIGTERM, then SIGKILL after this many seconds, as `docker s
 LABEL = "speedbench"
 TARGET_MOUNT = "/models/target"
 DRAFT_MOUNT = "/models/draft"
+# Where a sweep's shared Hugging Face cache (model_cache) is mounted, as HF_HOME.
+CACHE_MOUNT = "/speedbench-cache/huggingface"
 FILES_MOUNT = LAUNCH_FILES_DIR  # where launch files are copied into the container
 REMOTE_SCHEMES = ("ssh://", "tcp://", "http://", "https://")
 
@@ -154,6 +156,10 @@ def container_view(
     inside_spec = spec.model_copy(
         update={"draft_model": _mounted(spec.draft_model, DRAFT_MOUNT, volumes, remote)}
     )
+    if engine.model_cache:
+        # On the engine's host (the daemon creates it if missing); written by every container.
+        folder = engine.model_cache if remote else str(Path(engine.model_cache).resolve())
+        volumes[folder] = {"bind": CACHE_MOUNT, "mode": "rw"}
     return inside, inside_spec, volumes
 
 
@@ -172,7 +178,10 @@ def container_options(engine: EngineConfig, spec: SpecConfig) -> dict[str, Any]:
         "image": engine.image or image_spec.image,
         "entrypoint": list(image_spec.entrypoint),
         "command": command,
-        "environment": server_environment(engine, adapter),
+        "environment": {
+            **server_environment(engine, adapter),
+            **({"HF_HOME": CACHE_MOUNT} if engine.model_cache else {}),
+        },
         "ports": {f"{image_spec.port}/tcp": (engine.host, engine.port)},
         "volumes": volumes,
         "device_requests": device_requests(engine.gpus),

@@ -104,6 +104,8 @@ def launch_local(
     except ValueError as exc:
         raise EngineError(str(exc)) from None
     env = {**os.environ, **server_environment(engine, adapter)}
+    if engine.model_cache:
+        env["HF_HOME"] = engine.model_cache
     with log_path.open("wb") as log:
         log.write(("$ " + " ".join(redact_args(cmd)) + "\n").encode())
         if cpus:

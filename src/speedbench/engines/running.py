@@ -133,7 +133,22 @@ def server_environment(engine: EngineConfig, adapter: EngineAdapter) -> dict[str
     the config's ``env``.
     """
     binding = openmp_binding_env(engine.cpu_ids) if engine.cpus else {}
-    return {**binding, **adapter.server_env(engine), **engine.env}
+    return {**binding, **adapter.server_env(engine), **engine.env, **passed_env(engine)}
+
+
+def passed_env(engine: EngineConfig) -> dict[str, str]:
+    """The variables the config passes by name, read from this process's environment now.
+
+    Raises:
+        EngineError: One of them is not set here (the engine would start without it).
+    """
+    missing = [name for name in engine.pass_env if name not in os.environ]
+    if missing:
+        raise EngineError(
+            f"pass_env names {', '.join(missing)}, not set in speedbench's environment; "
+            "export it before the sweep (its value is never stored)"
+        )
+    return {name: os.environ[name] for name in engine.pass_env}
 
 
 def engine_environment(engine: EngineConfig) -> dict[str, str]:

@@ -17,7 +17,7 @@ from typing import Any
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineError, get_engine
 from speedbench.engines.containers import container_spec
-from speedbench.engines.docker import container_options, container_view
+from speedbench.engines.docker import CACHE_MOUNT, container_options, container_view
 from speedbench.run.plan import check_concurrency, engine_config, load_settings
 from speedbench.secrets import redact, redact_args
 from speedbench.sweep_config import SweepConfig
@@ -82,6 +82,10 @@ def launch_plan(engine: EngineConfig, spec: SpecConfig, sweep: SweepConfig) -> L
         settings.ignore_eos,
     )
     env = {**adapter.server_env(engine), **engine.env}
+    if engine.model_cache:
+        env["HF_HOME"] = CACHE_MOUNT if engine.launcher == "docker" else engine.model_cache
+    # Passed by name: the value is read at launch, and shown nowhere, here neither.
+    env.update({name: f"<${name} of speedbench's environment>" for name in engine.pass_env})
     return LaunchPlan(
         label=spec.label,
         launcher=engine.launcher,

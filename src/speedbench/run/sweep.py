@@ -41,7 +41,7 @@ from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineError, get_engine
 from speedbench.engines.launchers import OpenEngine, check_available
-from speedbench.engines.running import RunningEngine, engine_environment
+from speedbench.engines.running import RunningEngine, engine_environment, passed_env
 from speedbench.hostcheck.cpu import cpu_info
 from speedbench.metrics.lossless import lossless_check
 from speedbench.oracle.predict import OracleLevel
@@ -239,6 +239,7 @@ def run_sweep(
     draft = engine_weights(draft, weights_format) if draft else None
     engine = engine_config(config, target)
     check_available(engine)
+    passed_env(engine)  # a variable passed by name must be set before anything starts
     specs = [
         s.model_copy(update={"draft_model": draft}) if s.draft_model else s
         for s in config.spec_configs()

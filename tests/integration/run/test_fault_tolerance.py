@@ -212,3 +212,42 @@ def test_ctrl_c_then_resume_runs_each_configuration_once(tiny_pair, tmp_path):
         r.info.run_id for r in done.values()
     }
     assert engine_pids(port) == []
+
+
+def test_sigterm_mid_level_stops_the_engine_and_keeps_the_records(tiny_pair, tmp_path):
+    """What `timeout`, systemd, Slurm and Kubernetes send: handled as Ctrl-C, exit 143."""
+    target, _ = tiny_pair
+    port = free_port()
+    config = {
+        "name": "terminated",
+        "model": str(target),
+        "methods": ["none"],
+        "batch_sizes": [1],
+        "splits": ["mtbench"],
+        "limit": 4,
+        "output_len": 48,
+        "dtype": "float32",
+        "port": port,
+        "out_dir": str(tmp_path / "out"),
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(config))
+    level = tmp_path / "out" / "terminated" / "none" / "mtbench" / "bs1"
+    cmd = [sys.executable, "-m", "speedbench.cli", "sweep", "--config", str(path)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    deadline = time.monotonic() + 600
+    records = level / "records.jsonl"
+    while proc.poll() is None and not (records.exists() and records.read_text().strip()):
+        assert time.monotonic() < deadline, "no request finished"
+        time.sleep(0.1)
+    assert engine_pids(port), "the engine should be serving mid-level"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 128 + signal.SIGTERM == 143, err[-2000:]
+    assert "stopped by SIGTERM; the engine was stopped" in err
+    assert engine_pids(port) == []  # no orphan holds the host
+    summary = yaml.safe_load((tmp_path / "out" / "terminated" / "summary.json").read_text())
+    assert summary["status"] == "killed"
+    kept = read_jsonl(records)
+    assert kept and all(r.ok for r in kept)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from speedbench.cli import main
 
 
@@ -59,3 +61,42 @@ def test_a_container_reads_the_drafter_at_its_mount_not_the_host_path(capsys, tm
     assert str(draft) not in block.split("# file ")[1]  # no host path in the launch file
     body = json.loads(block.split("# request body:\n")[1].splitlines()[0])
     assert body["model"] == "/models/target"
+
+
+def test_a_token_passed_by_name_reaches_the_container_and_nothing_else(
+    capsys, tmp_path, monkeypatch
+):
+    from speedbench.config import EngineConfig, SpecConfig
+    from speedbench.engines.base import EngineError
+    from speedbench.engines.docker import container_options
+    from speedbench.engines.running import passed_env
+    from speedbench.run.plan import engine_config
+    from speedbench.sweep_config import SweepConfig
+
+    token, other = "hf_Zq8sEcretTokenValue4217", "plain-value-9931"
+    monkeypatch.setenv("HF_TOKEN", token)
+    monkeypatch.setenv("MY_SETTING", other)
+    flags = [
+        "--engine", "vllm", "--launcher", "docker", "--gpus", "all",
+        "--model", "meta-llama/Llama-3.3-70B-Instruct", "--methods", "none",
+        "--batch-sizes", "1", "--pass-env", "HF_TOKEN", "MY_SETTING",
+        "--model-cache", str(tmp_path / "hf"),
+    ]  # fmt: skip
+    assert main(["plan", *flags]) == 0
+    out = capsys.readouterr().out
+    assert token not in out and other not in out
+    assert "HF_TOKEN=***" in out and "MY_SETTING=<$MY_SETTING of speedbench's environment>" in out
+    assert f"-v {tmp_path / 'hf'}:/speedbench-cache/huggingface:rw" in out
+    # The form (what MLflow logs as params) holds the names only.
+    form = SweepConfig(model="m", pass_env=["HF_TOKEN", "MY_SETTING"]).model_dump_json()
+    assert token not in form and '"pass_env":["HF_TOKEN","MY_SETTING"]' in form
+    # The container gets the values, with the shared cache as HF_HOME.
+    sweep = SweepConfig(
+        model="m", launcher="docker", gpus="all", pass_env=["HF_TOKEN"], model_cache="/srv/hf"
+    )
+    engine = engine_config(sweep, "m")
+    env = container_options(engine, SpecConfig())["environment"]
+    assert env["HF_TOKEN"] == token and env["HF_HOME"] == "/speedbench-cache/huggingface"
+    monkeypatch.delenv("MY_SETTING")
+    with pytest.raises(EngineError, match="pass_env names MY_SETTING, not set"):
+        passed_env(EngineConfig(model="m", pass_env=["HF_TOKEN", "MY_SETTING"]))

@@ -339,15 +339,6 @@ def launch_docker(
         client.close()
 
 
-def leftover_containers(engine: EngineConfig | None = None) -> list[str]:
-    """Names of speedbench containers on the daemon (running or not)."""
-    client = docker_client(engine or EngineConfig(model="-"))
-    try:
-        return [c.name for c in client.containers.list(all=True, filters={"label": LABEL})]
-    finally:
-        client.close()
-
-
 # The oldest NVIDIA driver each CUDA major release runs on (NVIDIA's CUDA toolkit release notes,
 # "CUDA Toolkit and Minimum Required Driver Version", Linux x86_64).
 MIN_DRIVER_FOR_CUDA = {11: (450, 80), 12: (525, 60), 13: (580, 65)}
@@ -432,6 +423,13 @@ def check_docker(engine: EngineConfig) -> None:
                 f"image {image} is not on the Docker host; pull it there "
                 "(or run containers/build.sh for speedbench/vllm-cpu)"
             ) from None
+        left = [c.name for c in client.containers.list(all=True, filters={"label": LABEL})]
+        if left:
+            raise EngineError(
+                f"the Docker host still has {len(left)} speedbench container(s) from an earlier "
+                f"sweep ({', '.join(sorted(left))}), which may hold its GPUs and ports; if no "
+                f"other sweep runs there, remove them: docker rm -f {' '.join(sorted(left))}"
+            )
         if engine.gpus:
             check_gpus(client, engine, image)
     finally:

@@ -170,6 +170,27 @@ def test_the_gpu_preflight_names_the_missing_nvidia_runtime(tiny_pair):
     assert "runc" in message and message.endswith("install the NVIDIA Container Toolkit there")
 
 
+def test_a_container_left_by_a_killed_sweep_is_named_before_any_launch(tiny_pair):
+    # What a SIGKILLed sweep leaves: a labelled container that may still hold GPUs and ports.
+    target, _ = tiny_pair
+    client = docker_client(EngineConfig(model="-"))
+    left = client.containers.create(
+        BASE_IMAGE, ["true"], name="speedbench-vllm-left-behind", labels={"speedbench": "1"}
+    )
+    try:
+        with pytest.raises(EngineError) as err:
+            check_docker(docker_engine(target))
+        message = str(err.value)
+        assert "1 speedbench container(s) from an earlier sweep (speedbench-vllm-left-behind)" in (
+            message
+        )
+        assert message.endswith("docker rm -f speedbench-vllm-left-behind")
+    finally:
+        left.remove(force=True)
+        client.close()
+    check_docker(docker_engine(target))  # clean again: the preflight passes
+
+
 def test_a_crashing_engine_fails_with_its_log_and_is_removed(tmp_path):
     engine = docker_engine(tmp_path)  # an empty directory is no model
     with pytest.raises(EngineError) as err, launch_docker(engine, SpecConfig(), tmp_path / "log"):

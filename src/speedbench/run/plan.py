@@ -107,6 +107,9 @@ def first_per_category(items: Sequence[WorkItem], count: int | None) -> list[Wor
     return kept
 
 
+SGLANG_DETERMINISTIC = "--enable-deterministic-inference"
+
+
 def engine_config(sweep: SweepConfig, target: str) -> EngineConfig:
     """The engine of a sweep; vLLM without GPUs (process or container) gets the CPU settings.
 
@@ -117,6 +120,12 @@ def engine_config(sweep: SweepConfig, target: str) -> EngineConfig:
     """
     engine = sweep.engine
     where: dict[str, Any] = engine.model_dump(exclude={"kind"})
+    protocol = sweep.protocol
+    if engine.kind == "sglang" and protocol.temperature > 0:
+        # SGLang samples with a request's sampling_seed (the sweep's seed) only under
+        # deterministic inference (0.5.5 srt/sampling/sampling_batch_info.py); without it a
+        # seeded sweep at T > 0 would not be reproducible.
+        where["extra_args"] = [SGLANG_DETERMINISTIC]
     if engine.kind == "vllm" and engine.launcher != "external" and engine.gpus is None:
         return cpu_vllm_engine(target, **{**where, "dtype": resolve_dtype(engine.dtype)})
     if engine.kind == "llamacpp" and engine.launcher != "external":

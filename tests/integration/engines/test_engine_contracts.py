@@ -24,6 +24,7 @@ from speedbench.engines import get_engine
 from speedbench.engines.sglang import SGLANG_ALGORITHMS
 from speedbench.engines.vllm import _VLLM_METHODS, cpu_vllm_engine
 from speedbench.oracle.schedule import sglang_specs, vllm_spec
+from speedbench.run.plan import SGLANG_DETERMINISTIC
 
 pytestmark = pytest.mark.integration
 
@@ -55,6 +56,10 @@ def engines(kind: str) -> dict[str, EngineConfig]:
     }
     if kind == "vllm":
         out["embedded-cpu"] = cpu_vllm_engine("/models/target")
+    if kind == "sglang":  # a seeded sweep at T > 0 (speedbench.run.plan.engine_config)
+        out["seeded-sampling"] = EngineConfig(
+            kind=kind, model="/models/target", extra_args=[SGLANG_DETERMINISTIC]
+        )
     return out
 
 

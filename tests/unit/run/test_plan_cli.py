@@ -100,3 +100,14 @@ def test_a_token_passed_by_name_reaches_the_container_and_nothing_else(
     monkeypatch.delenv("MY_SETTING")
     with pytest.raises(EngineError, match="pass_env names MY_SETTING, not set"):
         passed_env(EngineConfig(model="m", pass_env=["HF_TOKEN", "MY_SETTING"]))
+
+
+def test_an_sglang_sweep_at_t_above_0_samples_with_its_seed():
+    # SGLang uses a request's sampling_seed only under deterministic inference.
+    from speedbench.run.plan import engine_config
+    from speedbench.sweep_config import SweepConfig
+
+    sweep = SweepConfig(model="m", engine="sglang", launcher="external", temperature=0.7, seed=3)
+    assert engine_config(sweep, "m").extra_args == ["--enable-deterministic-inference"]
+    greedy = SweepConfig(model="m", engine="sglang", launcher="external", seed=3)
+    assert engine_config(greedy, "m").extra_args == []

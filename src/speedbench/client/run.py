@@ -32,14 +32,30 @@ from speedbench.metrics.acceptance import SpecCounters
 from speedbench.records import RequestRecord
 from speedbench.tokenize import PromptTokenizer
 
+# (base URL, engine kind) -> the metrics path that server answered on (a release serving an older spelling).
+_SERVED_METRICS_PATH: dict[tuple[str, str], str] = {}
+
 
 def scrape_metrics(engine: EngineConfig, adapter: EngineAdapter) -> str | None:
-    """The engine's metrics (or server-info) text; None if the endpoint is unavailable."""
-    try:
-        resp = httpx.get(engine.base_url + adapter.metrics_path, timeout=30.0)
-    except httpx.TransportError:
-        return None
-    return resp.text if resp.status_code == 200 else None
+    """The engine's metrics (or server-info) text; None if the endpoint is unavailable.
+
+    Where the adapter's path answers 404, its older spellings are tried in turn (SGLang's
+    ``/server_info``, ``/get_server_info`` before 0.5.10); the one that answered is kept.
+    """
+    key = (engine.base_url, engine.kind)
+    known = _SERVED_METRICS_PATH.get(key)
+    paths = [known] if known else [adapter.metrics_path, *adapter.metrics_fallback_paths]
+    for path in paths:
+        try:
+            resp = httpx.get(engine.base_url + path, timeout=30.0)
+        except httpx.TransportError:
+            return None
+        if resp.status_code == 200:
+            _SERVED_METRICS_PATH[key] = path
+            return resp.text
+        if resp.status_code != 404:
+            return None
+    return None
 
 
 # How often a level reads the counters of an engine whose metrics endpoint empties on read

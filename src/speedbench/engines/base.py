@@ -145,6 +145,9 @@ class EngineAdapter(Protocol):
     reset_cache_busy_status: int | None = None
     # What the engine loads: a Hugging Face model directory ("hf") or a GGUF file ("gguf").
     weights_format: str = "hf"
+    # Older spellings of ``metrics_path`` that releases still in use serve instead (tried in
+    # order when the current one answers 404).
+    metrics_fallback_paths: tuple[str, ...] = ()
 
     def server_version(self, base_url: str) -> str:
         """The running server's version (vLLM and SGLang serve ``/version``), else unknown."""

@@ -15,7 +15,9 @@ documentation and source:
   (sgl-project/sglang#3152: average acceptance length = completion_tokens / spec_verify_ct).
   Depending on the server's ``--incremental-streaming-output``, ``output_ids`` is either the new
   ids or all of them; ``completion_tokens`` tells which part is new.
-- Server-wide acceptance: ``GET /get_server_info`` -> ``internal_states[0].avg_spec_accept_length``.
+- Server-wide acceptance: ``GET /server_info`` (``/get_server_info`` before 0.5.10) ->
+  ``internal_states[0].avg_spec_accept_length``; its ``version`` is the engine's version
+  (SGLang serves no ``/version``).
 """
 
 from __future__ import annotations
@@ -95,7 +97,9 @@ class SGLangAdapter(EngineAdapter):
 
     kind = "sglang"
     health_path = "/health"
-    metrics_path = "/get_server_info"
+    # /server_info since 0.5.10 (/get_server_info deprecated); 0.5.5 serves only the old one.
+    metrics_path = "/server_info"
+    metrics_fallback_paths = ("/get_server_info",)
     generate_path = "/generate"
     # python/sglang/srt/mem_cache/flush_cache.py posts here; it empties the radix cache, and
     # answers 400 while requests are running or waiting (srt/entrypoints/http_server.py).
@@ -197,8 +201,21 @@ class SGLangAdapter(EngineAdapter):
         """SGLang exports no per-position counters; acceptance comes per request (meta_info)."""
         return SpecCounters()
 
+    def server_version(self, base_url: str) -> str:
+        """``version`` of the server info (SGLang serves no ``/version``), else unknown."""
+        import httpx
+
+        for path in (self.metrics_path, *self.metrics_fallback_paths):
+            try:
+                resp = httpx.get(f"{base_url}{path}", timeout=5)
+                if resp.status_code == 200:
+                    return str(orjson.loads(resp.content).get("version") or "unknown")
+            except (httpx.HTTPError, ValueError, AttributeError):
+                return "unknown"
+        return "unknown"
+
     def server_acceptance_length(self, server_info: str) -> float | None:
-        """``avg_spec_accept_length`` from ``/get_server_info`` (None without SD)."""
+        """``avg_spec_accept_length`` from the server info (None without SD)."""
         info = orjson.loads(server_info)
         for state in info.get("internal_states") or []:
             if state.get("avg_spec_accept_length") is not None:

@@ -255,10 +255,11 @@ class _Connection(asyncio.Protocol):
                 self._send("200 OK", b"Cache flushed.\n", "text/plain")
         elif path == "/reset_prefix_cache" and method == "POST":
             self._json("200 OK", {"success": True})
-        elif path == "/get_server_info":
+        elif path == "/get_server_info":  # SGLang 0.5.5's spelling; it serves no /server_info
             steps = self.stats.verify_steps
             al = self.stats.completion_tokens / steps if steps else None
-            self._json("200 OK", {"internal_states": [{"avg_spec_accept_length": al}]})
+            info = {"internal_states": [{"avg_spec_accept_length": al}], "version": "synthetic"}
+            self._json("200 OK", info)
         elif path == "/v1/completions" and method == "POST":
             request = json.loads(body)
             prompt = request.get("prompt")

@@ -2,7 +2,8 @@
 
 No SGLang runs here, so this is the closest check of the whole path: ``/generate`` with token
 ids, cumulative ``output_ids`` cut down to the new ones, ``spec_verify_ct`` into
-``engine_steps``, and the server's own AL from ``/get_server_info`` into the level's metrics.
+``engine_steps``, and the server's own AL from its server info (``/server_info``, or
+``/get_server_info`` before SGLang 0.5.10) into the level's metrics.
 The expected values are rebuilt from the server's seeded chunk sizes.
 """
 
@@ -91,3 +92,16 @@ def test_engine_step_and_server_acceptance_reach_the_level_metrics(sglang_level)
     scalars, _ = tracking_scalars(LevelMetrics.model_validate(finite(metrics)))
     assert scalars["al_engine"] == engine["al_token_weighted"]
     assert scalars["al_server"] == result.extras["server_al"]
+
+
+def test_the_server_info_of_a_release_before_0_5_10_is_found_and_gives_the_version():
+    # The synthetic server speaks 0.5.5: /get_server_info only, no /server_info, no /version.
+    from speedbench.client.run import scrape_metrics
+
+    port = free_port()
+    adapter = get_engine("sglang")
+    with serve_in_subprocess(SyntheticOptions(k=K, seed=SEED), port):
+        engine = EngineConfig(kind="sglang", model="m", port=port)
+        info = scrape_metrics(engine, adapter)
+        assert info is not None and "avg_spec_accept_length" in info
+        assert adapter.server_version(engine.base_url) == "synthetic"

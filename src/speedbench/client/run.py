@@ -32,7 +32,8 @@ from speedbench.metrics.acceptance import SpecCounters
 from speedbench.records import RequestRecord
 from speedbench.tokenize import PromptTokenizer
 
-# (base URL, engine kind) -> the metrics path that server answered on (a release serving an older spelling).
+# (base URL, engine kind) -> the metrics path that server answered on (an older release may
+# serve an older spelling).
 _SERVED_METRICS_PATH: dict[tuple[str, str], str] = {}
 
 

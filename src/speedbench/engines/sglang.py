@@ -22,6 +22,7 @@ documentation and source:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,10 +58,41 @@ SGLANG_ALGORITHMS = {
 }
 
 
-def speculative_args(spec: SpecConfig) -> list[str]:
-    """SGLang's speculative flags for ``spec`` (none for the baseline)."""
+# The n-gram match-window flags were removed in SGLang 0.5.10 (its ngram drafter became a trie
+# with --speculative-ngram-max-trie-depth).
+NGRAM_WINDOWS_REMOVED = (0, 5, 10)
+
+
+def image_version(image: str | None) -> tuple[int, ...] | None:
+    """The release an image tag names (``lmsysorg/sglang:v0.5.23-cu129`` -> (0, 5, 23))."""
+    tag = (image or "").rpartition(":")[2]
+    match = re.match(r"v?(\d+)\.(\d+)\.(\d+)", tag)
+    return tuple(int(g) for g in match.groups()) if match else None
+
+
+def engine_version(engine: EngineConfig) -> tuple[int, ...] | None:
+    """The SGLang release the engine runs, where its image says (a container), else None."""
+    if engine.launcher != "docker":
+        return None
+    from speedbench.engines.containers import container_spec
+
+    return image_version(engine.image or container_spec("sglang").image)
+
+
+def speculative_args(spec: SpecConfig, version: tuple[int, ...] | None = None) -> list[str]:
+    """SGLang's speculative flags for ``spec`` (none for the baseline) in release ``version``.
+
+    Raises:
+        UnsupportedSpecError: A method SGLang lacks, or a flag that release no longer has.
+    """
     if not spec.is_speculative:
         return []
+    windows = spec.prompt_lookup_min or spec.prompt_lookup_max
+    if windows and version is not None and version >= NGRAM_WINDOWS_REMOVED:
+        raise UnsupportedSpecError(
+            f"SGLang {'.'.join(map(str, version))} has no --speculative-ngram-min/max-match-"
+            "window-size (removed in 0.5.10): unset prompt_lookup_min/max for it"
+        )
     if spec.method not in SGLANG_ALGORITHMS:
         raise UnsupportedSpecError(
             f"SGLang has no SD method {spec.method!r}; it has {sorted(SGLANG_ALGORITHMS)}"
@@ -154,7 +186,7 @@ class SGLangAdapter(EngineAdapter):
             args += ["--max-running-requests", str(engine.max_num_seqs)]
         if self.prefix_cache_mode(engine) == "off":
             args.append("--disable-radix-cache")
-        return args + speculative_args(spec) + list(engine.extra_args)
+        return args + speculative_args(spec, engine_version(engine)) + list(engine.extra_args)
 
     def request_body(
         self,

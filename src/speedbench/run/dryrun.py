@@ -18,7 +18,7 @@ from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineError, get_engine
 from speedbench.engines.containers import container_spec
 from speedbench.engines.docker import CACHE_MOUNT, container_options, container_view
-from speedbench.run.plan import check_concurrency, engine_config, load_settings
+from speedbench.run.plan import check_concurrency, check_specs, engine_config, load_settings
 from speedbench.secrets import redact, redact_args
 from speedbench.sweep_config import SweepConfig
 
@@ -110,6 +110,7 @@ def sweep_launch_plans(sweep: SweepConfig, target: str, draft: str | None) -> li
         s.model_copy(update={"draft_model": draft or s.draft_model}) if s.draft_model else s
         for s in sweep.spec_configs()
     ]
+    check_specs(engine, specs)
     check_concurrency(engine, specs, sweep.load.batch_sizes)
     return [launch_plan(engine, spec, sweep) for spec in specs]
 

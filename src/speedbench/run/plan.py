@@ -16,7 +16,7 @@ from typing import Any
 from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import ConfigError, EngineConfig, SpecConfig
 from speedbench.data.prompts import PromptRow, PromptSetError, load_prompt_file, mtbench_prompts
-from speedbench.engines.base import get_engine
+from speedbench.engines.base import UnsupportedSpecError, get_engine
 from speedbench.engines.vllm import CPU_CONTEXT, cpu_vllm_engine
 from speedbench.provision.models import resolve_dtype
 from speedbench.sweep_config import SweepConfig
@@ -133,6 +133,23 @@ def engine_config(sweep: SweepConfig, target: str) -> EngineConfig:
         # model's whole trained context (32k tokens for the Qwen pair).
         return EngineConfig(kind="llamacpp", model=target, max_model_len=CPU_CONTEXT, **where)
     return EngineConfig(kind=engine.kind, model=target, **where)
+
+
+def check_specs(engine: EngineConfig, specs: Sequence[SpecConfig]) -> None:
+    """Refuse, before any launch, an SD config the engine (in its release) cannot run.
+
+    The adapter builds every config's launch arguments, as it will at launch; what it refuses
+    here would otherwise surface when that config's turn came, after the baseline ran.
+
+    Raises:
+        ConfigError: The engine lacks a method, or the release a flag the config needs.
+    """
+    adapter = get_engine(engine.kind)
+    for spec in specs:
+        try:
+            adapter.server_args(engine, spec)
+        except UnsupportedSpecError as exc:
+            raise ConfigError(f"{spec.label}: {exc}") from None
 
 
 def check_concurrency(

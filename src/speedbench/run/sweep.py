@@ -65,6 +65,7 @@ from speedbench.run.best_k import recommendation_verdicts, with_best_k
 from speedbench.run.level import LevelResult, load_level, measure_level, validate_items
 from speedbench.run.plan import (
     check_concurrency,
+    check_specs,
     config_identity,
     engine_config,
     first_per_category,
@@ -244,6 +245,7 @@ def run_sweep(
         s.model_copy(update={"draft_model": draft}) if s.draft_model else s
         for s in config.spec_configs()
     ]
+    check_specs(engine, specs)
     check_concurrency(engine, specs, config.load.batch_sizes)
     out = Path(config.output.out_dir) / config.name
     hooks = hooks or (SweepHooks() if config.output.force else DiskResume())

@@ -111,3 +111,27 @@ def test_an_sglang_sweep_at_t_above_0_samples_with_its_seed():
     assert engine_config(sweep, "m").extra_args == ["--enable-deterministic-inference"]
     greedy = SweepConfig(model="m", engine="sglang", launcher="external", seed=3)
     assert engine_config(greedy, "m").extra_args == []
+
+
+def test_a_config_the_engine_release_cannot_run_is_refused_before_any_launch(capsys):
+    from speedbench.config import ConfigError, EngineConfig, SpecConfig
+    from speedbench.run.plan import check_specs
+
+    windows = SpecConfig(method="ngram", num_speculative_tokens=3, prompt_lookup_min=2)
+    pinned = EngineConfig(kind="sglang", model="/m", launcher="docker", gpus="all")
+    check_specs(pinned, [windows])  # 0.5.5, the pinned image, has the n-gram window flags
+    newer = pinned.model_copy(update={"image": "lmsysorg/sglang:v0.5.23-cu129"})
+    with pytest.raises(ConfigError) as err:
+        check_specs(newer, [SpecConfig(), windows])
+    assert str(err.value) == (
+        "ngram-k3: SGLang 0.5.23 has no --speculative-ngram-min/max-match-window-size "
+        "(removed in 0.5.10): unset prompt_lookup_min/max for it"
+    )
+    check_specs(newer, [SpecConfig(method="ngram", num_speculative_tokens=3)])  # no windows
+    # A method the engine lacks: refused before the baseline runs, not when its turn comes.
+    argv = [
+        "plan", "--engine", "sglang", "--launcher", "external", "--model", "/m",
+        "--methods", "none", "suffix", "--draft-lengths", "3", "--batch-sizes", "1",
+    ]  # fmt: skip
+    assert main(argv) == 2
+    assert "suffix-k3: SGLang has no SD method 'suffix'" in capsys.readouterr().err

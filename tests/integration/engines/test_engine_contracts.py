@@ -1,6 +1,6 @@
 """speedbench's launch arguments and request bodies, checked by the engines' own code.
 
-vLLM 0.32 (the engine environment), vLLM 0.33 and SGLang 0.5.5 (the version of speedbench's
+vLLM 0.32 (the engine environment), vLLM 0.33 and 0.34 and SGLang 0.5.5 (the version of speedbench's
 SGLang image) parse every argv speedbench builds for every SD method it offers them, with their
 own parsers, and validate every request body with their own request models
 (scripts/engine_contract.py runs inside each engine's environment; ``make contract-envs``).
@@ -35,6 +35,7 @@ MARKER = "speedbench-contract: "
 ENVIRONMENTS = {
     ("vllm", "0.32.0"): ROOT / ".venv-engine" / "bin" / "python",
     ("vllm", "0.33.0"): ROOT / ".venv-vllm-0.33" / "bin" / "python",
+    ("vllm", "0.34.0"): ROOT / ".venv-vllm-0.34" / "bin" / "python",
     ("sglang", "0.5.5"): ROOT / ".venv-sglang" / "bin" / "python",
 }
 METHODS = {"vllm": sorted(_VLLM_METHODS), "sglang": sorted(SGLANG_ALGORITHMS)}

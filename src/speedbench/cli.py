@@ -270,6 +270,13 @@ def _tune(args: argparse.Namespace) -> Any:
     from speedbench.results import write_json
 
     sweep = Path(args.results)
+    if args.refit:
+        from speedbench.oracle.run import refit_speedup_model
+
+        try:
+            refit_speedup_model(sweep)
+        except (ValueError, FileNotFoundError) as exc:
+            raise ConfigError(f"{sweep}: cannot refit the speedup model: {exc}") from None
     model = read_speedup_model(sweep)
     if model is None:
         raise ConfigError(
@@ -542,6 +549,12 @@ def build_parser() -> argparse.ArgumentParser:
     tn.add_argument("--results", required=True, help="a sweep folder (e.g. results/qualitative)")
     tn.add_argument("--drafter", default="draft_model", choices=["draft_model", "ngram"])
     tn.add_argument("--draft", help="draft_model: the draft's path or id as the engine sees it")
+    tn.add_argument(
+        "--refit",
+        action="store_true",
+        help="fit the step costs and replay every k again on the sweep's records (after a "
+        "change to the model; the oracle's draft pass runs again)",
+    )
     tn.add_argument("--ngram-min", type=int, default=1, help="ngram: shortest n-gram (1)")
     tn.add_argument("--ngram-max", type=int, default=4, help="ngram: longest n-gram (4)")
     tn.add_argument(

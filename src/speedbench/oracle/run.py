@@ -207,8 +207,8 @@ def with_oracle(
 
 def with_speedup_model(
     summary: SweepSummary,
-    config: SweepConfig,
-    baselines: Sequence[tuple[SummaryRow, Path]],
+    config: SweepConfig | None,
+    baselines: Sequence[tuple[SummaryRow | None, Path]],
     predictions: Sequence[tuple[OracleLevel, Prediction]],
     out: Path,
 ) -> list[ConfigFailure]:
@@ -224,7 +224,8 @@ def with_speedup_model(
         if not r.is_speculative and not r.open_loop
     }
     for _, folder in baselines:
-        target.setdefault(str(folder.relative_to(out)), folder)
+        label = str(folder.relative_to(out)) if folder.is_relative_to(out) else str(folder)
+        target.setdefault(label, folder)
     draft = [
         (
             f"draft-alone/{r.config}/{r.split}/{r.load}",
@@ -245,8 +246,9 @@ def with_speedup_model(
     ngram = (NGRAM_MIN, NGRAM_MAX)
     for plan in model.schedules:
         drafts = plan.drafter == "draft_model"
+        draft_model = config.draft_model if config else _draft_name(predictions)
         files = engine_schedules(
-            plan.drafter, plan.ranges, config.draft_model if drafts else None,
+            plan.drafter, plan.ranges, draft_model if drafts else None,
             None if drafts else ngram,
         )  # fmt: skip
         write_json(out / ORACLE_DIR / f"schedule-{plan.drafter}.json", files)
@@ -256,6 +258,56 @@ def with_speedup_model(
             f"predicted {check.predicted_speedup or float('nan'):.2f}x"
         )
     return []
+
+
+def _draft_name(predictions: Sequence[tuple[OracleLevel, Prediction]]) -> str | None:
+    return next((lv.draft_model for lv, _ in predictions if lv.draft_model), None)
+
+
+def refit_speedup_model(out: Path) -> SpeedupModel | None:
+    """The speedup model of a finished sweep fitted again on its records (``speedbench tune``).
+
+    The oracle's streams are replayed again from each oracle level's baseline (the draft's
+    teacher-forced pass runs again); the measured recommendations of the earlier model are
+    kept, since they are measurements. None where the sweep ran no oracle.
+
+    Raises:
+        ValueError: An oracle level's baseline records are gone.
+    """
+    summary = SweepSummary.read(out / "summary.json")
+    levels = read_oracle(out)
+    if not levels:
+        return None
+    previous = read_speedup_model(out)
+    predictions = []
+    baselines: list[tuple[SummaryRow | None, Path]] = []
+    drafts: dict[tuple[str, str], Any] = {}
+    for level in levels:
+        folder = Path(level.baseline)
+        if not (folder / "records.parquet").exists():
+            raise ValueError(f"{folder}: the oracle's baseline records are gone")
+        draft = None
+        if level.drafter == "draft_model" and level.draft_model and level.dtype:
+            from speedbench.oracle.draft import load_draft
+            from speedbench.provision.models import resolve_model
+
+            key = (level.draft_model, level.dtype)
+            if key not in drafts:
+                drafts[key] = load_draft(resolve_model(key[0], dtype=key[1]), key[1])
+            draft = drafts[key]
+        ks = [f.k for f in level.by_k]
+        ngram = (level.ngram_min or NGRAM_MIN, level.ngram_max or NGRAM_MAX)
+        records = read_parquet(folder / "records.parquet")
+        predictions.append((level, predict(records, level.drafter, ks, draft=draft, ngram=ngram)))
+        baselines.append((None, folder.resolve()))
+    failures = with_speedup_model(summary, None, baselines, predictions, out.resolve())
+    if failures:
+        raise ValueError(failures[0].error)
+    model = read_speedup_model(out)
+    if model is not None and previous is not None and previous.recommendations:
+        model = model.model_copy(update={"recommendations": previous.recommendations})
+        write_speedup_model(model, out)
+    return model
 
 
 def write_speedup_model(model: SpeedupModel, out: Path) -> None:

@@ -107,7 +107,9 @@ def _iterations(records: Sequence[RequestRecord], drafted: int) -> list[Iteratio
     return out
 
 
-def robust_lstsq(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+def robust_lstsq(
+    x: np.ndarray, y: np.ndarray, trim: bool = True
+) -> tuple[np.ndarray, np.ndarray, float]:
     """Least squares, then again without residuals over ``OUTLIER_SIGMAS`` robust sigmas.
 
     Returns the coefficients, which rows were kept, and R² over those rows.
@@ -115,7 +117,7 @@ def robust_lstsq(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     coef = np.linalg.lstsq(x, y, rcond=None)[0]
     resid = y - x @ coef
     scale = 1.4826 * float(np.median(np.abs(resid - np.median(resid))))
-    keep = np.abs(resid) <= OUTLIER_SIGMAS * scale if scale > 0 else np.ones(len(y), bool)
+    keep = np.abs(resid) <= OUTLIER_SIGMAS * scale if scale > 0 and trim else np.ones(len(y), bool)
     if keep.sum() >= x.shape[1]:
         coef = np.linalg.lstsq(x[keep], y[keep], rcond=None)[0]
     fitted = x[keep] @ coef
@@ -170,6 +172,10 @@ def fit_step_costs(iterations: Sequence[Iteration], sources: Sequence[str] = ())
     x = np.array([[1.0, it.sequences, it.tokens] for it in iterations])
     y = np.array([it.seconds for it in iterations])
     coef, keep, r2 = robust_lstsq(x, y)
+    if not any(it.prefill_tokens for it, kept in zip(iterations, keep, strict=True) if kept):
+        # Every prefill was trimmed as an outlier (long prompts prefilled in chunks over
+        # several iterations look so): without one the cost of a token is not identified.
+        coef, keep, r2 = robust_lstsq(x, y, trim=False)
     return StepCosts(
         fixed_s=float(coef[0]),
         per_sequence_s=float(coef[1]),

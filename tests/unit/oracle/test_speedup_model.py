@@ -185,3 +185,20 @@ def test_the_draft_pass_is_fitted_on_what_sd_iterations_cost_beyond_the_verify(t
     assert (fit.per_token_s, fit.iterations, fit.sources) == (0.002, 5, ("draft_model-k2/q/bs2",))
     with pytest.raises(ValueError, match="no draft-model SD level"):
         fit_draft_pass([], target, 0.002)
+
+
+def test_prefills_that_all_look_like_outliers_are_kept_to_price_a_token():
+    # Long prompts prefilled in chunks over several iterations: every prefill burst is far
+    # longer than its tokens say. Trimming them all would leave no way to tell a token's cost
+    # from a sequence's; the fit keeps them.
+    truth = StepCosts(fixed_s=0.2, per_sequence_s=0.0, per_token_s=0.002)
+    decodes = [
+        Iteration(truth.decode_s(b) + 0.001 * (i % 3), b, b)
+        for i, b in enumerate([1, 2, 3, 4] * 10)
+    ]
+    prefills = [
+        Iteration(2 * truth.seconds(b, n), b, n, n - b + 1) for b, n in ((4, 2051), (3, 1030))
+    ]
+    fit = fit_step_costs(decodes + prefills)
+    assert fit.outliers == 0 and fit.iterations == 42
+    assert fit.per_token_s > 0.0015  # the prefills' tokens priced, not split with the sequences

@@ -136,6 +136,10 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.2f}"
 
 
+def _times(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v * 100:+.1f} %"
 
@@ -170,15 +174,15 @@ def render_speedup(model: SpeedupModel | None) -> list[str]:
     if model.checks:
         out += ["", "### Measured SD levels against the prediction made without them", ""]
         out += [
-            "| drafter | k | batch size | measured | predicted | error | break-even model "
-            "| its error |",
-            "|---|---|---|---|---|---|---|---|",
+            "| drafter | split | k | batch size | measured | predicted | error "
+            "| break-even model | its error |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for c in model.checks:
             out.append(
-                f"| {c.drafter} | {c.k} | {c.batch_size} | {_fmt(c.measured_speedup)}x | "
-                f"{_fmt(c.predicted_speedup)}x | {_pct(c.error)} | "
-                f"{_fmt(c.old_model_speedup)}x | {_pct(c.old_model_error)} |"
+                f"| {c.drafter} | {c.split} | {c.k} | {c.batch_size} | "
+                f"{_times(c.measured_speedup)} | {_times(c.predicted_speedup)} | "
+                f"{_pct(c.error)} | {_times(c.old_model_speedup)} | {_pct(c.old_model_error)} |"
             )
     if model.curves:
         ks = sorted({k for c in model.curves for k in c.speedup})

@@ -305,6 +305,7 @@ def measure_best_k(
             identity=lambda spec, split, bs, rate: config_identity(config, engine, spec, split,
                                                                    bs, rate),
             per_category=config.prompts.per_category_at,
+            baselines=[r for r in summary.levels if not r.is_speculative],
         )  # fmt: skip
 
     done, model = with_best_k(summary, model, oracle, specs, config.draft_lengths, measure)
@@ -425,6 +426,7 @@ def run_grid(
     request_rates: Sequence[float] = (),
     rate_sweep: int = 0,
     per_category: PerCategory | None = None,
+    baselines: Sequence[SummaryRow] = (),
 ) -> SweepSummary:
     """Measure every SD config on every split at every load point.
 
@@ -444,6 +446,8 @@ def run_grid(
             (:func:`swept_rates`); they are known once the baseline's closed-loop levels are.
         per_category: Prompts per category at a load point (batch size, request rate), taken
             from the front of each category of ``items``; None (or a None answer): all items.
+        baselines: No-SD rows measured before this grid (an earlier grid of the same sweep),
+            so the levels it reports as they land carry their speedup.
 
     Returns:
         The sweep summary, also written to ``out_dir/summary.json``.
@@ -502,8 +506,9 @@ def run_grid(
             later = None if opened is not None else (lambda spec=spec: rate_points(spec) or [])
             if todo or later is not None:
                 failure = _measure_config(
-                    engine, spec, todo, later, items, base, tokenizer, hooks, rows, out, provenance
-                )
+                    engine, spec, todo, later, items, base, tokenizer, hooks, rows, out,
+                    provenance, baselines,
+                )  # fmt: skip
                 if failure is not None:
                     failures.append(failure)
             _finish(rows, failures, out, "running", provenance)
@@ -568,6 +573,7 @@ def _measure_config(
     rows: list[SummaryRow],
     out: Path,
     provenance: dict[str, Any],
+    baselines: Sequence[SummaryRow] = (),
 ) -> ConfigFailure | None:
     """One engine launch: the config's pending levels in order; a failure ends the config.
 
@@ -594,7 +600,7 @@ def _measure_config(
             if not level.failed:
                 rows.append(row)
             # The row's speedup, by the one formula, against the baselines measured so far.
-            row = with_speedup(row, rows)
+            row = with_speedup(row, [*baselines, *rows])
             hooks.level_done(point, level, row)
             if level.failed:
                 raise EngineError(level.failed)

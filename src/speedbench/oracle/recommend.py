@@ -30,7 +30,12 @@ from pydantic import Field
 
 from speedbench.metrics.bootstrap import Interval as BootInterval
 from speedbench.oracle.predict import OracleLevel, Prediction
-from speedbench.oracle.speedup import DraftPassCosts, ReplayRequest, replay_seconds
+from speedbench.oracle.speedup import (
+    DraftPassCosts,
+    ReplayRequest,
+    predicted_speedup,
+    replay_seconds,
+)
 from speedbench.oracle.steptime import StepCosts, engine_iterations, fit_step_costs, robust_lstsq
 from speedbench.records import RequestRecord, measured, read_parquet
 from speedbench.results import (
@@ -449,8 +454,7 @@ def _left_out(
     if not others or row.k not in requests:
         return None
     passes = _pass(fit_draft_pass(others, target, per_token))
-    base = replay_seconds(requests[0], row.batch_size, target)
-    return base / replay_seconds(requests[row.k], row.batch_size, target, passes, row.k)
+    return predicted_speedup(requests[0], requests[row.k], row.batch_size, target, passes, row.k)
 
 
 def check_level(

@@ -33,12 +33,16 @@ if ! exists "$ENGINE"; then
   rm -rf "$ctx"
 fi
 LLAMA=speedbench/llama-server:11434.0.0
-if [ -x .llama.cpp/bin/llama-server ] && ! exists "$LLAMA"; then
+# The image carries the build's stamp (version, CPU flags, AMX off): a binary built another way
+# (another CPU, an older build script) replaces an image of the same tag.
+built_from() { docker image inspect -f '{{ index .Config.Labels "speedbench.build" }}' "$1" 2>/dev/null; }
+if [ -x .llama.cpp/bin/llama-server ] && { ! exists "$LLAMA" || [ "$(built_from "$LLAMA")" != "$(cat .llama.cpp/.stamp)" ]; }; then
   ctx=.cache/docker/llama-server
   rm -rf "$ctx" && mkdir -p "$ctx"
   cp containers/llama-server/Dockerfile "$ctx/"
   cp -a .llama.cpp/bin "$ctx/bin"
-  docker build --quiet --build-arg BASE="$BASE" -t "$LLAMA" "$ctx"
+  docker build --quiet --build-arg BASE="$BASE" --label speedbench.build="$(cat .llama.cpp/.stamp)" \
+    -t "$LLAMA" "$ctx"
   rm -rf "$ctx"
 fi
 docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep '^speedbench/'

@@ -9,12 +9,13 @@ After the oracle has replayed a baseline under a drafter (:mod:`speedbench.oracl
    engine, which the draft served alone does not tell). Every input level is named.
 2. **Predict** the speedup of every k = 0 (SD off) .. K at every batch size the sweep
    measured, replaying that level's own requests in a closed loop with the oracle's steps
-   (:mod:`speedbench.oracle.speedup`); the best k there.
+   (:mod:`speedbench.oracle.speedup`); the best k there, and the **recommended** k: the best
+   unless a k the sweep measured is within ``MIN_CHANGE`` of it (then that one).
 3. **Check** every measured SD level against the prediction for its k and batch size made
    without its timings (prompt lookup: no SD level is an input at all; a draft model: its
    passes fitted on the other draft-model levels), with the error, and the break-even
    model's expectation (``AL / (1 + f k c)``, the model this one replaces) beside it.
-4. **Schedule**: the best k at every batch size 1..B on the oracle's own requests, as
+4. **Schedule**: the recommended k at every batch size 1..B on the oracle's own requests, as
    inclusive ranges ``(first, last, k)``: what vLLM's ``num_speculative_tokens_per_batch_size``
    reads (:mod:`speedbench.oracle.schedule` writes it for each engine).
 """
@@ -51,6 +52,12 @@ from speedbench.results import (
 # A recommendation of k needs a predicted gain over SD off of at least this much; below it,
 # run without SD (a 1 % gain is inside any host's run-to-run spread).
 MIN_GAIN = 1.01
+# A recommendation moves away from a k the sweep measured only for a predicted gain of at least
+# this much. Below it the move is unproven twice over: the model's error on levels it did not
+# see was 4.8 % on average (docs/findings/speedup-model.md), and the paired interval of an
+# 11-question level spans about +-2 %, so measuring it costs a launch and cannot tell it from
+# no gain. (Measured: prompt lookup's three predicted gains of 1.4-2.1 % all lost.)
+MIN_CHANGE = 1.03
 SPEEDUP_MODEL_FILE = "speedup_model.json"
 
 
@@ -85,7 +92,11 @@ class StepCostFigures(Result):
 
 
 class SpeedupCurve(Result):
-    """Predicted speedup of one drafter at one measured batch size, for every k (0: SD off)."""
+    """Predicted speedup of one drafter at one measured batch size, for every k (0: SD off).
+
+    ``best_k`` is the highest prediction; ``recommended_k`` is what to run: the best, unless a
+    measured k is within ``MIN_CHANGE`` of it (:func:`recommended_k`).
+    """
 
     drafter: str
     split: str
@@ -93,6 +104,7 @@ class SpeedupCurve(Result):
     questions: int
     speedup: dict[int, float]
     best_k: int
+    recommended_k: int
 
 
 class SpeedupCheck(Result):
@@ -128,17 +140,18 @@ class Recommendation(Result):
     ``paired_ratio`` is the sum of the grid level's end-to-end times over the recommended
     level's, over the questions both measured, with a bootstrap interval over questions
     (above 1: the recommendation answered faster). ``verdict``: ``beat`` (interval above 1),
-    ``matched`` (it holds 1), ``lost`` (below 1), or ``same`` where the grid's k is the best.
+    ``matched`` (it holds 1), ``lost`` (below 1), or ``same`` where the grid's k is the one
+    recommended.
     """
 
     drafter: str
     split: str
     batch_size: int
     grid_k: int
-    best_k: int
-    predicted_best: Figure
+    recommended_k: int
+    predicted_recommended: Figure
     predicted_grid: Figure
-    measured_best: Figure
+    measured_recommended: Figure
     measured_grid: Figure
     paired_ratio: Interval | None = None
     verdict: Literal["beat", "matched", "lost", "same", "untested"]
@@ -152,7 +165,7 @@ class Recommendation(Result):
         best: SummaryRow,
         ratio: BootInterval | None,
     ) -> Recommendation:
-        """The verdict of one curve's best k against the grid's measured level."""
+        """The verdict of one curve's recommended k against the grid's measured level."""
         speed = lambda r: 1.0 if not r.is_speculative else r.speedup  # noqa: E731
         verdict: Literal["beat", "matched", "lost", "same", "untested"] = "same"
         if best is not grid:
@@ -164,10 +177,10 @@ class Recommendation(Result):
             split=curve.split,
             batch_size=curve.batch_size,
             grid_k=grid_k,
-            best_k=curve.best_k,
-            predicted_best=curve.speedup.get(curve.best_k),
+            recommended_k=curve.recommended_k,
+            predicted_recommended=curve.speedup.get(curve.recommended_k),
             predicted_grid=curve.speedup.get(grid_k),
-            measured_best=speed(best),
+            measured_recommended=speed(best),
             measured_grid=speed(grid),
             paired_ratio=Interval.model_validate(finite(ratio.as_dict())) if ratio else None,
             verdict=verdict,
@@ -183,6 +196,9 @@ class SpeedupModel(Result):
     draft: StepCostFigures | None = None
     draft_pass: StepCostFigures | None = None
     min_gain: float = MIN_GAIN
+    min_change: float = MIN_CHANGE
+    # The k the sweep measured, which a recommendation keeps unless another gains MIN_CHANGE.
+    measured_ks: list[int] = Field(default_factory=list)
     curves: list[SpeedupCurve] = Field(default_factory=list)
     checks: list[SpeedupCheck] = Field(default_factory=list)
     schedules: list[KSchedule] = Field(default_factory=list)
@@ -264,6 +280,20 @@ def best_of(speedup: dict[int, float]) -> int:
     return k if best >= MIN_GAIN else 0
 
 
+def recommended_k(speedup: dict[int, float], measured_ks: Sequence[int] = ()) -> int:
+    """The k to run: the best, unless a measured k comes within ``MIN_CHANGE`` of it.
+
+    Of the measured ks the one predicted fastest is kept where the best gains less than
+    ``MIN_CHANGE`` over it (a smaller gain is inside the model's error); SD off counts as a k.
+    """
+    best = best_of(speedup)
+    known = [k for k in measured_ks if k in speedup and speedup[k] >= MIN_GAIN]
+    if not known or best in known:
+        return best
+    kept = max(known, key=lambda k: (speedup[k], -k))
+    return best if speedup[best] >= speedup[kept] * MIN_CHANGE else kept
+
+
 def _key(r: RequestRecord) -> tuple[str, int]:
     return r.prompt_id, r.turn
 
@@ -311,8 +341,9 @@ def schedule(
     max_batch_size: int,
     target: StepCosts,
     draft: DraftPassCosts | None,
+    measured_ks: Sequence[int] = (),
 ) -> tuple[list[tuple[int, int, int]], dict[int, float]]:
-    """The best k at every batch size 1..max_batch_size, merged into inclusive ranges.
+    """The recommended k at every batch size 1..max_batch_size, merged into inclusive ranges.
 
     A batch size keeps the k of the one before it unless another k beats it by ``MIN_GAIN``.
     """
@@ -320,7 +351,7 @@ def schedule(
     gains: dict[int, float] = {}
     for bs in range(1, max_batch_size + 1):
         curve = speedups(requests, bs, target, draft)
-        k = best_of(curve)
+        k = recommended_k(curve, measured_ks)
         # Keep the previous range's k while it is within MIN_GAIN of the best: a schedule
         # that flips between two near-equal k at every batch size follows noise.
         held = ranges[-1][2] if ranges else 0
@@ -341,6 +372,7 @@ def speedup_model(
     target_levels: Sequence[tuple[str, Path]],
     draft_levels: Sequence[tuple[str, Path]] = (),
     max_batch_size: int | None = None,
+    measured_ks: Sequence[int] = (),
 ) -> SpeedupModel:
     """Calibrate, predict every k at every measured batch size, check each SD level.
 
@@ -351,6 +383,8 @@ def speedup_model(
         target_levels: (label, folder) of the no-SD levels of the target to calibrate on.
         draft_levels: (label, folder) of the draft model's levels alone (its per-token cost).
         max_batch_size: The schedule's last batch size (default: the largest measured).
+        measured_ks: The k the sweep's grid measured; a recommendation keeps one of them
+            unless another k is predicted ``MIN_CHANGE`` faster (:func:`recommended_k`).
 
     The target's costs come from no-SD levels only, so every prompt-lookup prediction is made
     without any SD timing. A draft model's passes are priced from the draft-model SD levels;
@@ -375,6 +409,7 @@ def speedup_model(
         target=StepCostFigures.of(target),
         draft=StepCostFigures.of(alone) if alone else None,
         draft_pass=StepCostFigures.of(passes) if passes else None,
+        measured_ks=sorted(set(measured_ks)),
     )
     baselines = {(r.split, r.batch_size): r for r in closed if not r.is_speculative}
     # One curve per drafter, split and batch size: from the oracle level replaying the
@@ -408,7 +443,7 @@ def speedup_model(
         own = replay_requests(prediction, prediction.requests, sorted(prediction.streams))
         if own is not None:
             passes_of = draft if level.drafter == "draft_model" else None
-            ranges, gains = schedule(own, top, target, passes_of)
+            ranges, gains = schedule(own, top, target, passes_of, model.measured_ks)
             model.schedules.append(KSchedule(drafter=level.drafter, split=level.split,
                                              ranges=ranges, speedup=gains))  # fmt: skip
             planned.add((level.drafter, level.split))
@@ -431,7 +466,8 @@ def _predict_level(
     curve = speedups(requests, bs, target, draft)
     model.curves.append(
         SpeedupCurve(drafter=level.drafter, split=split, batch_size=bs,
-                     questions=len(requests[0]), speedup=curve, best_k=best_of(curve))
+                     questions=len(requests[0]), speedup=curve, best_k=best_of(curve),
+                     recommended_k=recommended_k(curve, model.measured_ks))
     )  # fmt: skip
     for r in closed:
         if r.method != level.drafter or r.split != split or r.batch_size != bs:

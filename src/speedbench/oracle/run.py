@@ -196,7 +196,9 @@ def with_oracle(
             levels.append(level)
             predictions.append((level, prediction))
     if predictions:
-        failures += with_speedup_model(summary, config, baselines, predictions, out)
+        failures += with_speedup_model(
+            summary, config, baselines, predictions, out, measured_ks=config.draft_lengths
+        )
     plots = list(summary.plots)
     if (plot := plot_oracle(levels, out / "plots" / ORACLE_PLOT)) is not None:
         plots.append(str(plot))
@@ -211,8 +213,12 @@ def with_speedup_model(
     baselines: Sequence[tuple[SummaryRow | None, Path]],
     predictions: Sequence[tuple[OracleLevel, Prediction]],
     out: Path,
+    measured_ks: Sequence[int] = (),
 ) -> list[ConfigFailure]:
     """Fit step costs, predict every k, check the measured SD levels, write the schedules.
+
+    ``measured_ks``: the grid's draft lengths, which a recommendation keeps unless another k
+    is predicted ``MIN_CHANGE`` faster (:func:`~speedbench.oracle.recommend.recommended_k`).
 
     Calibrated on every closed-loop no-SD level of the target (the grid's and the oracle's own
     baseline) and every draft-alone level; no SD level's timings are an input. Returns the
@@ -237,7 +243,7 @@ def with_speedup_model(
     try:
         model = speedup_model(
             summary, predictions, lambda r: out / r.config / r.split / r.load,
-            sorted(target.items()), draft,
+            sorted(target.items()), draft, measured_ks=measured_ks,
         )  # fmt: skip
     except ValueError as exc:
         print(f"speedup model failed: {exc}")
@@ -300,7 +306,10 @@ def refit_speedup_model(out: Path) -> SpeedupModel | None:
         records = read_parquet(folder / "records.parquet")
         predictions.append((level, predict(records, level.drafter, ks, draft=draft, ngram=ngram)))
         baselines.append((None, folder.resolve()))
-    failures = with_speedup_model(summary, None, baselines, predictions, out.resolve())
+    measured_ks = previous.measured_ks if previous is not None else ()
+    failures = with_speedup_model(
+        summary, None, baselines, predictions, out.resolve(), measured_ks=measured_ks
+    )
     if failures:
         raise ValueError(failures[0].error)
     model = read_speedup_model(out)
@@ -331,6 +340,7 @@ def speedup_scalars(model: SpeedupModel | None) -> dict[str, float]:
         prefix = f"speedup_model.{c.drafter}.{c.split}.bs{c.batch_size}"
         out.update({f"{prefix}.k{k}.predicted_speedup": v for k, v in c.speedup.items()})
         out[f"{prefix}.best_k"] = float(c.best_k)
+        out[f"{prefix}.recommended_k"] = float(c.recommended_k)
     for check in model.checks:
         prefix = f"speedup_model.check.{check.level.replace('/', '.')}"
         for name in ("measured_speedup", "predicted_speedup", "error"):

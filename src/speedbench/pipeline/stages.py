@@ -146,15 +146,20 @@ def speedup_metrics(model: SpeedupModel | None) -> dict[str, Any]:
     ``levels``: per measured SD level, ``predicted_speedup`` and ``measured_speedup`` with
     ``error`` (predicted / measured - 1), and the break-even model's (``old_model_*``);
     ``predicted``: per drafter, split and batch size, the speedup of every k (``k0``: SD off)
-    and the best k; ``schedules``: the best k by batch-size range; ``step_costs``: the fits;
-    ``recommendations``: the best k measured beside the grid's k (:mod:`speedbench.run.best_k`).
+    with the best and the recommended k; ``schedules``: the recommended k by batch-size range;
+    ``step_costs``: the fits; ``recommendations``: the recommended k measured beside the grid's
+    k (:mod:`speedbench.run.best_k`).
     """
     if model is None:
         return {}
     levels = {c.level: _round(c.model_dump(exclude={"level", "split"})) for c in model.checks}
     predicted = {
         f"{c.drafter}/{c.split}/bs{c.batch_size}": _round(
-            {**{f"k{k}": v for k, v in sorted(c.speedup.items())}, "best_k": c.best_k}
+            {
+                **{f"k{k}": v for k, v in sorted(c.speedup.items())},
+                "best_k": c.best_k,
+                "recommended_k": c.recommended_k,
+            }
         )
         for c in model.curves
     }

@@ -130,6 +130,15 @@ RECOMMEND_NOTE = (
     "bootstrap interval over questions; beat: above 1; matched: holds 1; lost: below 1; "
     "same: the grid's k is the recommendation."
 )
+RECOMMEND_RULE = (
+    "The recommended k is the best unless a k the grid measured is predicted within {gain} % "
+    "of it (a smaller gain is inside the model's error on levels it did not see and inside "
+    "the paired interval of a short level); then that k is kept."
+)
+
+
+def _k_name(k: int) -> str:
+    return "off" if k == 0 else str(k)
 
 
 def _ms(seconds: float) -> str:
@@ -186,17 +195,27 @@ def render_speedup(model: SpeedupModel | None) -> list[str]:
             )
     if model.curves:
         ks = sorted({k for c in model.curves for k in c.speedup})
-        out += ["", "### Predicted speedup by k (k=0: SD off; the best in bold)", ""]
-        out += ["| drafter | batch size | questions | " + " | ".join(f"k={k}" for k in ks)
-                + " | best k |", "|---|---|---|" + "---|" * (len(ks) + 1)]  # fmt: skip
+        out += [
+            "",
+            "### Predicted speedup by k (k=0: SD off; the best in bold)",
+            "",
+            RECOMMEND_RULE.format(gain=f"{(model.min_change - 1) * 100:.0f}"),
+            "",
+        ]
+        out += [
+            "| drafter | batch size | questions | "
+            + " | ".join(f"k={k}" for k in ks)
+            + " | best k | recommended k |",
+            "|---|---|---|" + "---|" * (len(ks) + 2),
+        ]
         for curve in model.curves:
             cells = []
             for k in ks:
                 text = _fmt(curve.speedup.get(k))
                 cells.append(f"**{text}**" if k == curve.best_k else text)
-            best = "off" if curve.best_k == 0 else str(curve.best_k)
             out.append(f"| {curve.drafter} | {curve.batch_size} | {curve.questions} | "
-                       + " | ".join(cells) + f" | {best} |")  # fmt: skip
+                       + " | ".join(cells) + f" | {_k_name(curve.best_k)} | "
+                       f"{_k_name(curve.recommended_k)} |")  # fmt: skip
     if model.recommendations:
         out += ["", "### The recommended k, measured beside the grid's", "", RECOMMEND_NOTE, ""]
         out += [
@@ -207,10 +226,10 @@ def render_speedup(model: SpeedupModel | None) -> list[str]:
         for r in model.recommendations:
             ci = r.paired_ratio
             ratio = "-" if ci is None else f"{_fmt(ci.value)} [{_fmt(ci.low)}, {_fmt(ci.high)}]"
-            best = "off" if r.best_k == 0 else f"k={r.best_k}"
+            best = "off" if r.recommended_k == 0 else f"k={r.recommended_k}"
             out.append(
-                f"| {r.drafter} | {r.batch_size} | {best} | {_fmt(r.predicted_best)}x | "
-                f"{_fmt(r.measured_best)}x | k={r.grid_k} | {_fmt(r.predicted_grid)}x | "
+                f"| {r.drafter} | {r.batch_size} | {best} | {_fmt(r.predicted_recommended)}x | "
+                f"{_fmt(r.measured_recommended)}x | k={r.grid_k} | {_fmt(r.predicted_grid)}x | "
                 f"{_fmt(r.measured_grid)}x | {ratio} | {r.verdict} |"
             )
     if model.schedules:

@@ -1,8 +1,9 @@
-"""Measure the speedup model's recommendation: each drafter at its best k, beside the grid's k.
+"""Measure the speedup model's recommendation: each drafter at its recommended k, beside the grid's.
 
 A recommendation is a prediction until it is measured. After the oracle and the speedup model
 (:mod:`speedbench.oracle.recommend`), :func:`with_best_k` launches each drafter once more per
-recommended k the grid did not measure, at the batch sizes where that k is the best, on the
+recommended k the grid did not measure (the model keeps a measured k unless another is
+predicted ``MIN_CHANGE`` faster), at the batch sizes where it is recommended, on the
 same questions as the grid's levels there. Those levels are ordinary grid levels (their own
 folder ``<drafter>-k<k>/<split>/bs<N>``, identity, lossless check and MLflow run), and the
 model, made before they ran, gains a check for each.
@@ -39,11 +40,12 @@ MeasureGrid = Callable[[SpecConfig, str, Sequence[int]], SweepSummary]
 def pending(
     model: SpeedupModel, measured_ks: Sequence[int]
 ) -> dict[tuple[str, int], dict[str, list[int]]]:
-    """(drafter, best k) -> split -> batch sizes, where the grid did not measure that k."""
+    """(drafter, recommended k) -> split -> batch sizes, where the grid did not measure that k."""
     todo: dict[tuple[str, int], dict[str, list[int]]] = {}
     for c in model.curves:
-        if c.best_k and c.best_k not in measured_ks:
-            todo.setdefault((c.drafter, c.best_k), {}).setdefault(c.split, []).append(c.batch_size)
+        k = c.recommended_k
+        if k and k not in measured_ks:
+            todo.setdefault((c.drafter, k), {}).setdefault(c.split, []).append(c.batch_size)
     return todo
 
 
@@ -112,7 +114,7 @@ def recommendation_verdicts(
                 None,
             )  # fmt: skip
 
-        grid, best = find(grid_k), find(c.best_k)
+        grid, best = find(grid_k), find(c.recommended_k)
         if grid is None or best is None:
             continue
         ratio = None

@@ -281,10 +281,10 @@ def test_the_speedup_model_predicts_each_measured_level_without_its_timings(swep
     verdicts = {(r.drafter, r.batch_size): r for r in model.recommendations}
     assert set(verdicts) == {("draft_model", 1), ("draft_model", 2)}
     for (_, bs), r in verdicts.items():
-        assert r.best_k == curves[("draft_model", bs)].best_k and r.grid_k == K
-        if r.best_k not in (0, K):  # measured after the model was made: a check of its own
-            assert f"draft_model-k{r.best_k}/mtbench/bs{bs}" in checks
-            assert r.measured_best is not None and r.paired_ratio is not None
+        assert r.recommended_k == curves[("draft_model", bs)].recommended_k and r.grid_k == K
+        if r.recommended_k not in (0, K):  # measured after the model was made: its own check
+            assert f"draft_model-k{r.recommended_k}/mtbench/bs{bs}" in checks
+            assert r.measured_recommended is not None and r.paired_ratio is not None
     files = json.loads((out / "oracle" / "schedule-draft_model.json").read_text())
     check_ranges([tuple(x) for x in files["ranges"]])
     assert files["ranges"][-1][1] == 2  # the largest measured batch size

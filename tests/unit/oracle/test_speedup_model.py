@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from speedbench.oracle.recommend import best_of, fit_draft_pass, schedule
+from speedbench.oracle.recommend import best_of, fit_draft_pass, recommended_k, schedule, speedups
 from speedbench.oracle.schedule import check_ranges, engine_schedules
 from speedbench.oracle.speedup import (
     DraftPassCosts,
@@ -103,6 +103,34 @@ def test_the_best_k_needs_a_gain_of_one_percent_else_sd_is_off():
     assert best_of({0: 1.0, 1: 1.2, 2: 1.3, 3: 1.25}) == 2
     assert best_of({0: 1.0, 1: 1.005, 2: 0.9}) == 0
     assert best_of({0: 1.0, 2: 1.3, 3: 1.3}) == 2  # a tie goes to the shorter draft
+
+
+def test_a_measured_k_is_kept_unless_another_is_predicted_three_percent_faster():
+    # Prompt lookup's curve at bs 1 of the AMX host's main job: k=5 best by 1.4 % over k=3.
+    ngram = {0: 1.0, 1: 1.209, 2: 1.277, 3: 1.2985, 4: 1.3129, 5: 1.3167, 6: 1.3121}
+    assert best_of(ngram) == 5
+    assert recommended_k(ngram, [3]) == 3
+    assert recommended_k(ngram, []) == 5  # nothing measured: the best
+    # The draft at bs 1 (k=2 3.5 % over k=3) and at bs 16 (SD off 11.8 % over k=3).
+    assert recommended_k({0: 1.0, 1: 1.229, 2: 1.3173, 3: 1.2732}, [3]) == 2
+    assert recommended_k({0: 1.0, 1: 0.947, 2: 0.9402, 3: 0.8942}, [3]) == 0
+    # Of two measured ks the faster is kept; a measured k that does not pay is not kept.
+    assert recommended_k({0: 1.0, 2: 1.20, 3: 1.22, 4: 1.24}, [2, 3]) == 3
+    assert recommended_k({0: 1.0, 2: 1.02, 3: 1.005}, [3]) == 2
+
+
+def test_the_schedule_keeps_a_measured_k_within_three_percent_of_the_best():
+    costs = StepCosts(fixed_s=1.0, per_sequence_s=0.0, per_token_s=0.1)
+    base = ReplayRequest.baseline(1, 4)
+    sd = ReplayRequest(1, (1, 2, 1), (0, 3, 3))
+    # k=2 drafts the same three steps with two tokens each (4 tokens in 3 steps too): at bs 1
+    # a round costs 1.1 + 2 x 1.3 = 3.7 against k=3's 3.9, a 5.4 % gain; at bs 2 1.2 + 2 x 1.6
+    # = 4.4 against 4.8 (+9.1 %) while SD off (4 x 1.2 = 4.8) ties k=3.
+    k2 = ReplayRequest(1, (1, 2, 1), (0, 2, 2))
+    requests = {0: [base] * 2, 2: [k2] * 2, 3: [sd] * 2}
+    ranges, _ = schedule(requests, 2, costs, None, measured_ks=[3])
+    assert ranges == [(1, 2, 2)]
+    assert recommended_k(speedups(requests, 1, costs, None), [3]) == 2
 
 
 def test_the_schedule_merges_batch_sizes_with_the_same_k():

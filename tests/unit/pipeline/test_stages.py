@@ -186,7 +186,8 @@ MODEL = SpeedupModel(
     target=StepCostFigures(fixed_s=0.05, per_sequence_s=0.002, per_token_s=0.0005,
                            iterations=900, outliers=3, r2=0.97, sources=["none/qualitative/bs1"]),
     curves=[SpeedupCurve(drafter="ngram", split="qualitative", batch_size=1, questions=11,
-                         speedup={0: 1.0, 2: 1.3, 3: 1.25}, best_k=2)],
+                         speedup={0: 1.0, 2: 1.3, 3: 1.25}, best_k=2,
+                         recommended_k=2)],
     checks=[SpeedupCheck(level="ngram-k3/qualitative/bs1", drafter="ngram", split="qualitative",
                          batch_size=1, k=3, measured_speedup=1.2, predicted_speedup=1.25,
                          error=1.25 / 1.2 - 1, old_model_speedup=1.5, old_model_error=0.25)],
@@ -205,12 +206,12 @@ def test_the_speedup_model_in_its_metrics_file_and_the_report(tmp_path):
         }
     }  # fmt: skip
     assert figures["predicted"] == {
-        "ngram/qualitative/bs1": {"k0": 1.0, "k2": 1.3, "k3": 1.25, "best_k": 2}
+        "ngram/qualitative/bs1": {"k0": 1.0, "k2": 1.3, "k3": 1.25, "best_k": 2, "recommended_k": 2}
     }
     assert figures["schedules"] == {"ngram/qualitative": [[1, 4, 2], [5, 16, 0]]}
     assert figures["step_costs"]["target"]["per_token_s"] == 0.0005
     lines = render_speedup(MODEL)
     assert "| target | 50.00 | 2.00 | 0.50 | 900 (3) | 0.970 | none/qualitative/bs1 |" in lines
     assert "| ngram | qualitative | 3 | 1 | 1.20x | 1.25x | +4.2 % | 1.50x | +25.0 % |" in lines
-    assert "| ngram | 1 | 11 | 1.00 | **1.30** | 1.25 | 2 |" in lines
+    assert "| ngram | 1 | 11 | 1.00 | **1.30** | 1.25 | 2 | 2 |" in lines
     assert "- ngram (qualitative): bs 1-4: k=2; bs 5-16: off" in lines

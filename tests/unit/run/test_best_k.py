@@ -20,16 +20,18 @@ FIT = StepCostFigures(fixed_s=0.1, per_sequence_s=0.0, per_token_s=0.001, iterat
                       outliers=0, r2=0.9, sources=["none/q/bs1"])  # fmt: skip
 
 
-def _curve(drafter: str, bs: int, best: int) -> SpeedupCurve:
+def _curve(drafter: str, bs: int, best: int, recommended: int | None = None) -> SpeedupCurve:
     speedup = {0: 1.0, 2: 1.3, 3: 1.2} if best else {0: 1.0, 2: 0.9, 3: 0.8}
     return SpeedupCurve(drafter=drafter, split="q", batch_size=bs, questions=11,
-                        speedup=speedup, best_k=best)  # fmt: skip
+                        speedup=speedup, best_k=best,
+                        recommended_k=best if recommended is None else recommended)  # fmt: skip
 
 
 def test_the_best_k_is_measured_where_the_grid_did_not_and_gets_a_check():
     model = SpeedupModel(target=FIT, curves=[
         _curve("draft_model", 1, 2), _curve("draft_model", 4, 2), _curve("draft_model", 16, 0),
         _curve("ngram", 1, 3),  # the grid's own k: nothing to measure
+        _curve("ngram", 4, 2, recommended=3),  # best, but within MIN_CHANGE of the grid's k
     ])  # fmt: skip
     # k=2 at bs 1 and 4 in one launch; SD off needs no level; k=3 was measured.
     assert pending(model, [3]) == {("draft_model", 2): {"q": [1, 4]}}

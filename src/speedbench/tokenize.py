@@ -10,7 +10,6 @@ tokens at the start are a bug we refuse rather than measure.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -18,14 +17,6 @@ from typing import Any
 
 class TokenizationError(ValueError):
     """A prompt cannot be turned into valid token IDs. The message is one line."""
-
-
-@dataclass(frozen=True)
-class Message:
-    """One chat message."""
-
-    role: str
-    content: str
 
 
 def conversation(user_turns: Sequence[str], answers: Sequence[str] = ()) -> list[dict[str, str]]:

@@ -22,7 +22,6 @@ from speedbench.data.sources.bigbench import load_task
 from speedbench.provision.pypi import CACHE_ROOT, FetchError
 
 Tier = Literal["low", "mixed", "high"]
-TIERS: tuple[Tier, ...] = ("low", "mixed", "high")
 
 
 @dataclass(frozen=True)

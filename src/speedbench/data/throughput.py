@@ -18,7 +18,6 @@ import json
 import random
 import re
 import statistics
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -439,8 +438,3 @@ def format_report(report: dict[str, Any]) -> str:
                 f"{s['median']:>8} {s['max']:>7}"
             )
     return "\n".join(lines)
-
-
-def iter_buckets(out_dir: Path) -> Iterator[Path]:
-    """The real-text bucket files in a split directory."""
-    yield from sorted(p for p in out_dir.glob("throughput_*.parquet") if "_random" not in p.name)

@@ -34,7 +34,6 @@ ORACLE_DRAFTERS: tuple[str, ...] = ("draft_model", "ngram")
 NGRAM_MIN, NGRAM_MAX = 1, 4
 # Mismatching requests a check names (all are counted).
 NAMED_MISMATCHES = 20
-ORACLE_VIEWS = ("speed_bench", "stream")
 
 
 class StepMismatch(Result):

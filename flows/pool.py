@@ -44,6 +44,7 @@ from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineError
 from speedbench.engines.launchers import OpenEngine
 from speedbench.hostcheck.cpu import ENGINE_CPUS_ENV
+from speedbench.report.html import write_sweep_report
 from speedbench.results import SweepSummary
 from speedbench.run.plan import (
     config_identity,
@@ -223,6 +224,7 @@ def pool_sweep(
     out = Path(config.output.out_dir) / config.name
     table = write_category_table(tracker, parent, out)
     files = [Path(p) for p in summary.plots] + [out / "summary.json"]
+    files += write_sweep_report(out)
     close_sweep(tracker, parent, summary, files + ([table] if table else []))
     return summary.model_copy(update={"parent_run_id": parent, "tracking_uri": tracker.uri})
 

@@ -31,6 +31,7 @@ from speedbench.oracle.run import (
     speedup_scalars,
 )
 from speedbench.pipeline.stages import stage_sweep
+from speedbench.report.html import REPORT_FILES
 from speedbench.results import SummaryRow, SweepSummary
 from speedbench.run.level import LevelResult, validate_items
 from speedbench.run.plan import dataset_revision, sweep_items
@@ -112,9 +113,11 @@ class TrackedHooks(SweepHooks):
 
     def level_done(self, point: GridPoint, level: LevelResult, row: SummaryRow) -> None:
         """A child run with the level's metrics (FAILED if the engine died during it)."""
+        prompts = self.config.prompts
         revision = dataset_revision(
-            point.split, self.config.prompts.data_dir, prompt_file=self.config.prompts.prompt_file
-        )
+            point.split, prompts.data_dir, prompt_file=prompts.prompt_file,
+            speed_bench_dir=prompts.speed_bench_dir,
+        )  # fmt: skip
         extra = {
             "engine_version": self.version,
             "dataset_revision": revision,
@@ -181,6 +184,7 @@ def sweep(config: SweepConfig = EMBEDDED_SWEEP) -> SweepSummary:
     table = write_category_table(tracker, parent, out)
     oracle = read_oracle(out)
     files = [Path(p) for p in summary.plots] + [out / "summary.json"] + oracle_paths(out)
+    files += [p for p in (out / name for name in REPORT_FILES) if p.exists()]
     close_sweep(
         tracker,
         parent,

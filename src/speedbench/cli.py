@@ -174,7 +174,7 @@ def _build_throughput(args: argparse.Namespace) -> None:
 
 
 def _fetch_hub(args: argparse.Namespace) -> None:
-    from speedbench.data.hub import load_speed_bench
+    from speedbench.data.speed_bench import load_speed_bench
 
     rows = load_speed_bench(args.config, data_files=args.data_files, revision=args.revision)
     path = write_prompt_file(rows, args.out)
@@ -194,13 +194,14 @@ def _sweep(args: argparse.Namespace) -> Any:
             "use `python -m flows.sweep --config FILE` for a tracked sweep"
         )
     config = load_config(SweepConfig, fields)
+    items = sweep_items(config)  # a bad prompt set fails before any weights are provisioned
     dtype = resolve_dtype(config.engine.dtype)
     target = resolve_model(config.model, dtype=dtype)
     draft = resolve_model(config.draft_model, dtype=dtype) if config.draft_model else None
     tokenizer = PromptTokenizer.from_pretrained(
         resolve_model(config.tokenizer, dtype=dtype) if config.tokenizer else target
     )
-    summary = run_sweep(config, target, draft, sweep_items(config), tokenizer)
+    summary = run_sweep(config, target, draft, items, tokenizer)
     print(format_summary(summary))
     print(f"results: {(Path(config.output.out_dir) / config.name).resolve()}")
     for plot in summary.plots:

@@ -208,8 +208,14 @@ SplitName = Literal[
     "throughput_8k_random",
     "throughput_16k_random",
     "throughput_32k_random",
+    # SPEED-Bench's own configs, from local files (PromptsSection.speed_bench_dir) or the hub.
+    "speed_bench_qualitative",
+    "speed_bench_throughput_1k",
+    "speed_bench_throughput_2k",
+    "speed_bench_throughput_8k",
+    "speed_bench_throughput_16k",
+    "speed_bench_throughput_32k",
 ]
-SPLIT_NAMES: tuple[str, ...] = get_args(SplitName)
 
 
 ModelT = TypeVar("ModelT", bound=BaseModel)

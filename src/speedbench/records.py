@@ -65,6 +65,10 @@ class RequestRecord:
     request_id: str
     prompt_id: str
     category: str = ""
+    # The prompt's labels in its split (SPEED-Bench's columns); empty in earlier files.
+    sub_category: str = ""
+    source: str = ""
+    difficulty: str = ""
     split: str = ""
     turn: int = 0
     config_label: str = ""

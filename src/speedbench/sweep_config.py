@@ -36,6 +36,7 @@ from speedbench.config import (
     SplitName,
     StrictModel,
 )
+from speedbench.data.speed_bench import config_of_path, split_name
 
 
 class EngineSection(StrictModel):
@@ -86,8 +87,22 @@ class PromptsSection(StrictModel):
     )
     prompt_file: str | None = Field(
         default=None,
-        description="Your own JSONL or Parquet prompt set, measured as a split named after the "
-        "file (instead of splits).",
+        description="Your own JSONL or Parquet prompt set (or a folder of Parquet shards), "
+        "measured as a split named after the file (instead of splits). SPEED-Bench's files in "
+        "any of its layouts are recognised: <config>.jsonl (NeMo-Skills, vLLM bench serve), "
+        "<config>/test.parquet (specdec_bench), <config>/*.parquet (the hub's files), measured "
+        "as split speed_bench_<config>.",
+    )
+    speed_bench_dir: str | None = Field(
+        default=None,
+        description="Where the speed_bench_<config> splits are read: a folder holding "
+        "<config>.jsonl (NeMo-Skills' prepare.py), speed/<config>/test.parquet (specdec_bench's "
+        "prepare_data.py) or <config>/*.parquet (the hub's files). Unset: the hub (network).",
+    )
+    skip_placeholders: bool = Field(
+        default=False,
+        description="Measure SPEED-Bench without its placeholder rows (sources that must be "
+        "fetched with specdec_bench's prepare step) instead of refusing; the count is recorded.",
     )
     categories: list[str] | None = Field(
         default=None, description="Only these categories of each split (None: all)."
@@ -128,8 +143,11 @@ class PromptsSection(StrictModel):
 
     @property
     def split_names(self) -> list[str]:
-        """The splits measured: ``splits``, or the prompt file's name."""
-        return [Path(self.prompt_file).stem] if self.prompt_file else list(self.splits)
+        """The splits measured: ``splits``, or the prompt file's (SPEED-Bench's: by config)."""
+        if not self.prompt_file:
+            return list(self.splits)
+        config = config_of_path(self.prompt_file)
+        return [split_name(config) if config else Path(self.prompt_file).stem]
 
 
 class ProtocolSection(StrictModel):

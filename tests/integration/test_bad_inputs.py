@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -318,6 +319,24 @@ def _(tmp, url):
 @case("split-not-built")
 def _(tmp, url):
     return message(lambda: load_split("throughput_2k", tmp))
+
+
+@case("speed-bench-placeholders")
+def _(tmp: Path, url: str) -> str:
+    # SPEED-Bench's hub rows of sources it may not redistribute, given to the CLI as they are.
+    rows = [
+        {"question_id": "a", "category": "qa", "turns": ["What is DNA?"], "source": "mine"},
+        {"question_id": "b", "category": "rag", "source": "nvidia/ChatRAG-Bench",
+         "turns": ["FULL BENCHMARK DATA SHOULD BE FETCHED FROM THE SOURCE USING SPECDEC_BENCH"]},
+    ]  # fmt: skip
+    path = write(tmp / "qualitative.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    proc = subprocess.run(
+        [sys.executable, "-m", "speedbench.cli", "sweep", "--prompt-file", str(path),
+         "--methods", "none", "--out-dir", str(tmp / "out")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2 and not (tmp / "out").exists(), proc.stderr
+    return proc.stderr.strip().removeprefix("speedbench: error: ")
 
 
 @case("prompt-file-missing")

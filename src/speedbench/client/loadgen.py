@@ -60,6 +60,8 @@ class WorkItem:
         prompt_ids: Pre-tokenized single-turn prompt; takes precedence over ``user_turns``.
         split_turns: How many turns the prompt has in its split (0: as many as sent), so a
             level can say which questions it measured on fewer turns than SPEED-Bench does.
+        sub_category, source, difficulty: The split's own labels of the prompt, kept in its
+            records (SPEED-Bench's columns of the same names).
     """
 
     prompt_id: str
@@ -67,6 +69,9 @@ class WorkItem:
     user_turns: tuple[str, ...] = ()
     prompt_ids: tuple[int, ...] | None = None
     split_turns: int = 0
+    sub_category: str = ""
+    source: str = ""
+    difficulty: str = ""
 
     @property
     def on_fewer_turns(self) -> bool:
@@ -213,6 +218,9 @@ def new_record(
         request_id=f"{item.prompt_id}/t{turn}/{run}",
         prompt_id=item.prompt_id,
         category=item.category,
+        sub_category=item.sub_category,
+        source=item.source,
+        difficulty=item.difficulty,
         split=settings.split,
         turn=turn,
         config_label=spec.label,

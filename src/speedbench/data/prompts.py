@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from speedbench.client.loadgen import WorkItem
 from speedbench.config import format_validation_error
@@ -38,6 +38,25 @@ class PromptRow(BaseModel):
     multiturn: bool = False
     prompt_token_ids: list[int] | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _turns_from_messages(cls, data: Any) -> Any:
+        # NeMo-Skills' SPEED-Bench JSONL (what vLLM's bench serve reads) holds the turns as
+        # chat messages; the user messages are the turns.
+        if (
+            isinstance(data, dict)
+            and data.get("turns") is None
+            and data.get("messages") is not None
+        ):
+            messages = list(data["messages"])
+            turns = [
+                m.get("content")
+                for m in messages
+                if isinstance(m, dict) and m.get("role") == "user"
+            ]
+            return {**data, "turns": turns}
+        return data
+
     @field_validator("question_id", "src_id", mode="before")
     @classmethod
     def _id_to_str(cls, v: Any) -> Any:
@@ -52,12 +71,13 @@ class PromptRow(BaseModel):
 
     def work_item(self, first_turn_only: bool = False) -> WorkItem:
         """The load generator's view of this prompt (optionally its first turn alone)."""
-        if self.prompt_token_ids is not None:
-            return WorkItem(
-                self.question_id, self.category, prompt_ids=tuple(self.prompt_token_ids)
-            )
-        turns = self.turns[:1] if first_turn_only else self.turns
-        return WorkItem(self.question_id, self.category, tuple(turns), split_turns=len(self.turns))
+        ids = tuple(self.prompt_token_ids) if self.prompt_token_ids is not None else None
+        turns = () if ids is not None else tuple(self.turns[:1] if first_turn_only else self.turns)
+        return WorkItem(
+            self.question_id, self.category, turns, prompt_ids=ids,
+            split_turns=0 if ids is not None else len(self.turns), sub_category=self.sub_category,
+            source=self.source, difficulty=self.difficulty,
+        )  # fmt: skip
 
 
 def parse_rows(raw_rows: list[dict[str, Any]], origin: str) -> list[PromptRow]:
@@ -81,10 +101,16 @@ def parse_rows(raw_rows: list[dict[str, Any]], origin: str) -> list[PromptRow]:
 
 
 def load_prompt_file(path: str | Path) -> list[PromptRow]:
-    """Read a JSONL or Parquet prompt set."""
+    """Read a JSONL or Parquet prompt set, or a folder of Parquet files (one set in shards)."""
     path = Path(path)
     if not path.exists():
         raise PromptSetError(f"prompt file not found: {path}")
+    if path.is_dir():
+        shards = sorted(path.glob("*.parquet"))
+        if not shards:
+            raise PromptSetError(f"{path}: a folder with no .parquet files")
+        rows = [r for shard in shards for r in load_prompt_file(shard)]
+        return parse_rows([r.model_dump() for r in rows], str(path))
     if path.suffix == ".parquet":
         import pandas as pd
 

@@ -160,7 +160,7 @@ def with_oracle(
     """
     ks = list(range(1, config.oracle_max_k + 1))
     failures = list(summary.failures)
-    dtype = resolve_dtype(engine.dtype) if engine.dtype == "auto" else engine.dtype
+    dtype = resolve_dtype(engine.dtype)
     draft = None
     if "draft_model" in config.oracle and draft_weights:
         from speedbench.oracle.draft import load_draft

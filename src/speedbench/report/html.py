@@ -9,6 +9,8 @@ report's tables (:func:`speedbench.report.text.render`, converted as they are) i
 - acceptance length per category as heatmaps, one per view, with a switch between SPEED-Bench's
   view and the stream view; each cell's 95 % interval and question count show on hover;
 - the oracle's AL by k per category as a heatmap per drafter, intervals on hover;
+- interactive figures (:mod:`speedbench.report.interactive`): AL by category, the oracle's AL
+  by draft length and the speedup model's curves, to hover and zoom;
 - the sweep's plots (Pareto, conditional AR, speedup, oracle) inline.
 """
 
@@ -22,8 +24,9 @@ from pathlib import Path
 import markdown
 
 from speedbench.oracle.predict import OracleLevel
-from speedbench.oracle.run import read_oracle
-from speedbench.report.text import host_line, load_summaries, lossless_verdict, render
+from speedbench.oracle.run import read_oracle, read_speedup_model
+from speedbench.report.interactive import al_heatmap, figures_html, oracle_curves, speedup_curves
+from speedbench.report.text import host_line, load_sweeps, lossless_verdict, render, report_plots
 from speedbench.results import CategoryAL, Figure, SweepSummary
 
 STYLE = """
@@ -179,17 +182,17 @@ def render_html(results: Path, reference_verdict: str | None = None) -> str:
     ``reference_verdict`` is verify-reference's line (``verdict: exact against ...``), when the
     caller has checked the results against a reference.
     """
-    summaries = load_summaries(results)
-    qual = summaries.get("qualitative")
-    oracle = read_oracle(results / "qualitative")
+    sweeps = load_sweeps(results)
+    summaries = {name: summary for name, (_, summary) in sweeps.items()}
+    many = len(sweeps) > 1
     verdict_lines = []
     if reference_verdict:
         kind = reference_verdict.split(":", 1)[-1].split(" against")[0].strip().replace(" ", "_")
         verdict_lines.append(f'<b class="{html.escape(kind)}">{html.escape(reference_verdict)}</b>')
-    if qual and (lossless := lossless_verdict(qual)):
-        verdict_lines.append(
-            markdown.markdown(lossless[0]).removeprefix("<p>").removesuffix("</p>")
-        )
+    for name, summary in summaries.items():
+        if lossless := lossless_verdict(summary):
+            line = markdown.markdown(lossless[0]).removeprefix("<p>").removesuffix("</p>")
+            verdict_lines.append(f"{html.escape(name)}: {line}" if many else line)
     host = host_line(summaries)
     cpus = sorted(
         {str((s.provenance.get("host_cpu") or {}).get("model")) for s in summaries.values()}
@@ -201,15 +204,46 @@ def render_html(results: Path, reference_verdict: str | None = None) -> str:
         "<h1>speedbench report</h1>",
         '<div class="verdict">' + "<br>".join(verdict_lines) + "</div>",
     ]
-    if qual:
-        parts += ["<h2>Acceptance length by category (hover: interval)</h2>"]
-        parts.append(measured_heatmaps(qual))
-    if oracle:
-        parts += ["<h2>Every draft length: the greedy oracle (hover: interval)</h2>"]
-        parts.append(oracle_heatmaps(oracle))
-    plots = sorted(results.glob("*/plots/*.png"))
-    if plots:
+    figures = []
+    for name, (folder, summary) in sweeps.items():
+        which = f" ({name})" if many else ""
+        figures += [
+            al_heatmap(summary, f"Category_AL, SPEED-Bench's view{which} (hover: interval)"),
+            oracle_curves(read_oracle(folder)),
+            speedup_curves(read_speedup_model(folder)),
+        ]
+    if interactive := figures_html(figures):
+        parts += ["<h2>Interactive figures (hover, zoom, click the legend)</h2>", interactive]
+    for name, (folder, summary) in sweeps.items():
+        which = f" ({html.escape(name)})" if many else ""
+        if heatmaps := measured_heatmaps(summary):
+            parts += [f"<h2>Acceptance length by category{which} (hover: interval)</h2>"]
+            parts.append(heatmaps)
+        if oracle := read_oracle(folder):
+            parts += [f"<h2>Every draft length: the greedy oracle{which} (hover: interval)</h2>"]
+            parts.append(oracle_heatmaps(oracle))
+    if plots := report_plots(sweeps):
         parts += ["<h2>Plots</h2>", '<div class="plots">', *map(_image, plots), "</div>"]
     tables = markdown.markdown(render(results).split("\n", 1)[1], extensions=["tables"])
     parts += ["<h2>All tables</h2>", tables, "</body></html>"]
     return "\n".join(parts)
+
+
+REPORT_FILES = ("report.md", "report.html")
+
+
+def write_sweep_report(folder: Path) -> list[Path]:
+    """``report.md`` and ``report.html`` of the sweep(s) in ``folder``, written into it.
+
+    The measurements are on disk before this runs; a report that cannot be made is said in
+    one line and costs nothing else.
+    """
+    try:
+        text, page = render(folder), render_html(folder)
+    except (OSError, ValueError) as exc:
+        print(f"report not written: {exc}")
+        return []
+    paths = [folder / name for name in REPORT_FILES]
+    paths[0].write_text(text)
+    paths[1].write_text(page)
+    return paths

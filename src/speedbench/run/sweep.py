@@ -48,6 +48,7 @@ from speedbench.oracle.predict import OracleLevel
 from speedbench.oracle.run import ORACLE_DIR, read_speedup_model, with_oracle, write_speedup_model
 from speedbench.provision.models import engine_weights
 from speedbench.records import read_parquet
+from speedbench.report.html import write_sweep_report
 from speedbench.report.plots import write_plots
 from speedbench.results import (
     ConfigFailure,
@@ -70,6 +71,7 @@ from speedbench.run.plan import (
     engine_config,
     first_per_category,
     load_settings,
+    sweep_prompts,
 )
 from speedbench.sweep_config import SweepConfig
 from speedbench.tokenize import PromptTokenizer
@@ -265,6 +267,11 @@ def run_sweep(
         rate_sweep=config.load.rate_sweep,
         per_category=config.prompts.per_category_at,
     )
+    if config.prompts.skip_placeholders:  # what the numbers rest on: fewer questions
+        _, skipped = sweep_prompts(config)
+        provenance = {**summary.provenance, "placeholders_skipped": skipped}
+        summary = summary.model_copy(update={"provenance": provenance})
+        summary.write(out / "summary.json")
     if config.draft_cost and draft:
         summary = with_draft_cost(summary, config, engine, draft, items, tokenizer, out)
     if config.oracle:
@@ -274,6 +281,8 @@ def run_sweep(
             summary = measure_best_k(
                 summary, config, engine, specs, items, tokenizer, hooks, oracle
             )
+    for path in write_sweep_report(out):
+        print(f"report: {path.resolve()}")
     return summary
 
 

@@ -31,7 +31,7 @@ def swept(harness, tiny_pair, tmp_path_factory):
     root = tmp_path_factory.mktemp("flow")
     uri = f"sqlite:///{root / 'mlflow.db'}"
     config = SweepConfig(
-        name="qualitative",  # the stage name the report flow looks for
+        name="qualitative",  # the stage name the DVC report stage attaches its report to
         model=str(target),
         draft_model=str(draft),
         methods=["none", "draft_model"],
@@ -125,7 +125,7 @@ def test_metrics_are_present_and_plausible(swept):
 
 
 def test_plots_and_tables_are_on_the_parent_run(swept):
-    summary, client, _, root = swept
+    summary, client, config, root = swept
     arts = {a.path for a in client.list_artifacts(summary.parent_run_id)}
     assert {
         "pareto.png",
@@ -151,6 +151,10 @@ def test_plots_and_tables_are_on_the_parent_run(swept):
             assert column[cat] == pytest.approx(al, abs=1e-12)
     # Artifacts of a SQLite store sit next to the database, never in ./mlruns of the cwd.
     assert list((root / "artifacts").rglob("pareto.png"))
+    # The sweep's own report, written into its folder and attached to the parent run.
+    assert {"report.md", "report.html"} <= arts
+    report = (Path(config.output.out_dir) / config.name / "report.md").read_text()
+    assert "## Throughput and speedup (qualitative)" in report
     assert not (Path.cwd() / "mlruns").exists()
 
 
@@ -159,7 +163,8 @@ def test_report_flow_renders_the_sweep(swept):
 
     _, _, config, _ = swept
     text = report(results_dir=config.output.out_dir, out_file=None, mlflow_uri=None)
-    assert "## Throughput and speedup (qualitative split)" in text
+    assert "## Throughput and speedup (qualitative)" in text
+    assert "## Latency (qualitative)" in text and "## Acceptance length by category (mtbench)" in text
     assert f"| draft_model-k{K} | mtbench | 2 |" in text
     assert "al_heatmap.png" in text
 
@@ -313,8 +318,11 @@ def test_the_html_report_is_one_file_that_needs_no_network(swept, tmp_path):
     _, _, config, _ = swept
     page = render_html(Path(config.output.out_dir), "verdict: exact against ref (x: 1 exact)")
     assert page.startswith("<!doctype html>") and page.rstrip().endswith("</html>")
-    # Nothing is fetched: no external scripts, styles or images.
-    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
+    # Nothing is fetched: no external scripts, styles or images (Plotly's inlined script holds
+    # links it never follows, such as its logo's; only the page's own markup is looked at).
+    markup = re.sub(r"<script[^>]*>.*?</script>", "", page, flags=re.S)
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", markup)
+    assert "<script src" not in page and "* plotly.js v" in page
     assert page.count("data:image/png;base64,") >= 4  # pareto, heatmap, AR, speedup, oracle
     assert '<b class="exact">verdict: exact against ref' in page
     # The heatmaps: measured levels in two views, the oracle per drafter and batch size.

@@ -3,11 +3,11 @@
 import pandas as pd
 import pytest
 
-from speedbench.data.hub import load_speed_bench
 from speedbench.data.prompts import PromptRow, PromptSetError
 from speedbench.data.qualitative import SPLIT_COLUMNS, write_split
 from speedbench.data.sources import SOURCES, SourceError, collect, get_source
 from speedbench.data.sources.base import content_id, register_source
+from speedbench.data.speed_bench import load_speed_bench
 
 GOOD = {"category": "qa", "turns": ["What is the boiling point of water at sea level?"]}
 

@@ -164,7 +164,9 @@ def test_report_flow_renders_the_sweep(swept):
     _, _, config, _ = swept
     text = report(results_dir=config.output.out_dir, out_file=None, mlflow_uri=None)
     assert "## Throughput and speedup (qualitative)" in text
-    assert "## Latency (qualitative)" in text and "## Acceptance length by category (mtbench)" in text
+    assert (
+        "## Latency (qualitative)" in text and "## Acceptance length by category (mtbench)" in text
+    )
     assert f"| draft_model-k{K} | mtbench | 2 |" in text
     assert "al_heatmap.png" in text
 

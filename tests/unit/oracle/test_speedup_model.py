@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from speedbench.oracle.recommend import best_of, fit_draft_pass, recommended_k, schedule, speedups
@@ -230,3 +231,20 @@ def test_prefills_that_all_look_like_outliers_are_kept_to_price_a_token():
     fit = fit_step_costs(decodes + prefills)
     assert fit.outliers == 0 and fit.iterations == 42
     assert fit.per_token_s > 0.0015  # the prefills' tokens priced, not split with the sequences
+
+
+def test_a_cost_the_fit_would_make_negative_is_held_at_zero():
+    from speedbench.oracle.steptime import nonnegative_lstsq
+
+    # y = 0.2 - 0.01 s + 0.002 t exactly: the unconstrained fit recovers the negative -0.01.
+    st = [(1, 1), (2, 2), (4, 4), (1, 100)]
+    x = np.array([[1.0, s, t] for s, t in st])
+    y = np.array([0.2 - 0.01 * s + 0.002 * t for s, t in st])
+    assert np.linalg.lstsq(x, y, rcond=None)[0][1] == pytest.approx(-0.01)
+    # Held at 0, the rest is y = a + c t over (1, .192), (2, .184), (4, .168), (100, .39):
+    # t mean 26.75, y mean .2335, Sxx 7158.75, Sxy 15.2475.
+    c = 15.2475 / 7158.75
+    assert nonnegative_lstsq(x, y) == pytest.approx([0.2335 - 26.75 * c, 0.0, c])
+    # A fit with no negative coefficient is plain least squares.
+    y2 = np.array([0.2 + 0.01 * s + 0.002 * t for s, t in st])
+    assert nonnegative_lstsq(x, y2) == pytest.approx([0.2, 0.01, 0.002])

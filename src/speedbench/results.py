@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from speedbench.config import MODEL_FREE_METHODS
 from speedbench.metrics.pareto import LoadPoint, pareto_front, speedup
 
 # The shape of every results file speedbench writes (a level's metrics.json, a sweep's
@@ -543,9 +544,6 @@ class BreakEven(Result):
     measured_speedup: Figure
 
 
-MODEL_FREE = ("ngram", "suffix")
-
-
 def break_even(
     rows: Sequence[SummaryRow], draft_tpot: dict[LoadPointKey, float]
 ) -> list[BreakEven]:
@@ -556,7 +554,7 @@ def break_even(
         if not r.is_speculative:
             continue
         c: float | None = None
-        if r.method in MODEL_FREE:
+        if r.method in MODEL_FREE_METHODS:
             c = 0.0
         elif (d := draft_tpot.get(speedup_key(r))) and (t := target_tpot.get(speedup_key(r))):
             c = d / t

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from speedbench.config import ConfigError, load_config
+from speedbench.config import METHODS_NEEDING_DRAFT_MODEL, ConfigError, load_config
 from speedbench.oracle.predict import OracleK, OracleLevel
 from speedbench.oracle.recommend import SpeedupModel
 from speedbench.results import SCHEMA_VERSION, SummaryRow, SweepSummary, view_summaries
@@ -52,7 +52,7 @@ def stage_sweep(params: dict[str, Any], stage: str, results_dir: str = "results"
         fields = SweepConfig.with_defaults(defaults, section)
     except ValueError as exc:
         raise ConfigError(f"SweepConfig: {exc}") from None
-    if not any(m in ("draft_model", "eagle", "eagle3") for m in fields.get("methods", [])):
+    if not any(m in METHODS_NEEDING_DRAFT_MODEL for m in fields.get("methods", [])):
         fields["draft_model"] = None
     return load_config(SweepConfig, fields)
 

@@ -47,13 +47,11 @@ from speedbench.hostcheck.cpu import ENGINE_CPUS_ENV
 from speedbench.report.html import write_sweep_report
 from speedbench.results import SweepSummary
 from speedbench.run.plan import (
-    config_identity,
     engine_config,
-    load_settings,
     per_config_forms,
     sweep_items,
 )
-from speedbench.run.sweep import GridPoint, run_grid, run_sweep
+from speedbench.run.sweep import GridPoint, form_grid, run_sweep
 from speedbench.sweep_config import SweepConfig
 from tasks.summary import close_sweep, write_category_table
 from tasks.tracking import CONFIG_HASH_TAG, Tracker
@@ -157,21 +155,7 @@ def gather(
     """
     engine = engine_config(config, config.model)  # identities name the model, not its path
     hooks = GatherHooks(config, tracker, parent, ended)
-    summary = run_grid(
-        engine,
-        config.spec_configs(),
-        sweep_items(config),
-        config.load.batch_sizes,
-        Path(config.output.out_dir) / config.name,
-        settings=load_settings(config),
-        hooks=hooks,
-        identity=lambda spec, split, bs, rate: config_identity(
-            config, engine, spec, split, bs, rate
-        ),
-        request_rates=config.load.request_rates,
-        rate_sweep=config.load.rate_sweep,
-        per_category=config.prompts.per_category_at,
-    )
+    summary = form_grid(config, engine, config.spec_configs(), sweep_items(config), hooks)
     # Each configuration ran on its worker's host: the parent's own CPU says nothing about them.
     summary.provenance.pop("host_cpu", None)
     summary.provenance |= {"engine_versions": hooks.versions, "engine_hosts": hooks.hosts}

@@ -251,22 +251,7 @@ def run_sweep(
     check_concurrency(engine, specs, config.load.batch_sizes)
     out = Path(config.output.out_dir) / config.name
     hooks = hooks or (SweepHooks() if config.output.force else DiskResume())
-    summary = run_grid(
-        engine,
-        specs,
-        items,
-        config.load.batch_sizes,
-        out,
-        settings=load_settings(config),
-        tokenizer=tokenizer,
-        hooks=hooks,
-        identity=lambda spec, split, bs, rate: config_identity(
-            config, engine, spec, split, bs, rate
-        ),
-        request_rates=config.load.request_rates,
-        rate_sweep=config.load.rate_sweep,
-        per_category=config.prompts.per_category_at,
-    )
+    summary = form_grid(config, engine, specs, items, hooks, tokenizer)
     if config.prompts.skip_placeholders:  # what the numbers rest on: fewer questions
         _, skipped = sweep_prompts(config)
         provenance = {**summary.provenance, "placeholders_skipped": skipped}
@@ -308,14 +293,16 @@ def measure_best_k(
         return summary
 
     def measure(spec: SpecConfig, split: str, sizes: Sequence[int]) -> SweepSummary:
-        return run_grid(
-            engine, [spec], {split: items[split]}, sizes, out,
-            settings=load_settings(config), tokenizer=tokenizer, hooks=hooks,
-            identity=lambda spec, split, bs, rate: config_identity(config, engine, spec, split,
-                                                                   bs, rate),
-            per_category=config.prompts.per_category_at,
+        return form_grid(
+            config,
+            engine,
+            [spec],
+            {split: items[split]},
+            hooks,
+            tokenizer,
+            batch_sizes=sizes,
             baselines=[r for r in summary.levels if not r.is_speculative],
-        )  # fmt: skip
+        )
 
     done, model = with_best_k(summary, model, oracle, specs, config.draft_lengths, measure)
     level_dir = lambda r: out / r.config / r.split / r.load  # noqa: E731
@@ -419,6 +406,41 @@ def with_draft_cost(
     done.failures = failures
     done.write(out / "summary.json")
     return done
+
+
+def form_grid(
+    config: SweepConfig,
+    engine: EngineConfig,
+    specs: Sequence[SpecConfig],
+    items: Mapping[str, Sequence[WorkItem]],
+    hooks: SweepHooks,
+    tokenizer: PromptTokenizer | None = None,
+    batch_sizes: Sequence[int] | None = None,
+    baselines: Sequence[SummaryRow] = (),
+) -> SweepSummary:
+    """:func:`run_grid` as a sweep form asks for it: its load, identities, prompts per level.
+
+    ``batch_sizes`` narrows the form's (a recommendation measured at some of them); open-loop
+    rates are the form's only where its batch sizes are.
+    """
+    whole = batch_sizes is None
+    return run_grid(
+        engine,
+        specs,
+        items,
+        config.load.batch_sizes if batch_sizes is None else batch_sizes,
+        Path(config.output.out_dir) / config.name,
+        settings=load_settings(config),
+        tokenizer=tokenizer,
+        hooks=hooks,
+        identity=lambda spec, split, bs, rate: config_identity(
+            config, engine, spec, split, bs, rate
+        ),
+        request_rates=config.load.request_rates if whole else (),
+        rate_sweep=config.load.rate_sweep if whole else 0,
+        per_category=config.prompts.per_category_at,
+        baselines=baselines,
+    )
 
 
 def run_grid(

@@ -87,7 +87,7 @@ def _report(args: argparse.Namespace) -> None:
                     verdict = check_reference(Path(args.reference), metrics).line
                 except ConfigError as exc:
                     verdict = f"verdict: none against {args.reference} ({exc})"
-        page = render_html(Path(args.results), verdict)
+        page = render_html(Path(args.results), verdict, text)
         Path(args.html).parent.mkdir(parents=True, exist_ok=True)
         Path(args.html).write_text(page)
         print(f"wrote {args.html} ({len(page.encode()) / 1024:.0f} KiB, self-contained)")

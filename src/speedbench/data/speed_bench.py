@@ -116,8 +116,8 @@ def with_entropy_tiers(rows: list[PromptRow]) -> list[PromptRow]:
     return [r.model_copy(update={"category": ENTROPY_TIERS[r.category]}) for r in rows]
 
 
-def config_files(root: str | Path, config: str) -> list[Path]:
-    """The files holding ``config`` under ``root``, in whichever one layout it is there.
+def config_path(root: str | Path, config: str) -> Path:
+    """Where ``config`` is under ``root``: its JSONL file or its folder of Parquet files.
 
     Raises:
         PromptSetError: No layout holds it, or more than one does (which would be measured is
@@ -129,34 +129,24 @@ def config_files(root: str | Path, config: str) -> list[Path]:
     if not root.is_dir():
         raise PromptSetError(f"SPEED-Bench folder not found: {root}")
     layouts = {
-        "NeMo-Skills JSONL": [root / f"{config}.jsonl"],
-        "specdec_bench": sorted((root / "speed" / config).glob("*.parquet")),
-        "hub files": sorted((root / config).glob("*.parquet")),
+        "NeMo-Skills JSONL": root / f"{config}.jsonl",
+        "specdec_bench": root / "speed" / config,
+        "hub files": root / config,
     }
-    found = {name: [p for p in paths if p.is_file()] for name, paths in layouts.items()}
-    found = {name: paths for name, paths in found.items() if paths}
+    found = {
+        name: path
+        for name, path in layouts.items()
+        if path.is_file() or (path.is_dir() and any(path.glob("*.parquet")))
+    }
     if not found:
         raise PromptSetError(
             f"no SPEED-Bench {config} under {root}: looked for {config}.jsonl (NeMo-Skills), "
             f"speed/{config}/*.parquet (specdec_bench) and {config}/*.parquet (the hub's files)"
         )
     if len(found) > 1:
-        where = "; ".join(f"{name}: {', '.join(map(str, paths))}" for name, paths in found.items())
+        where = "; ".join(f"{name}: {path}" for name, path in found.items())
         raise PromptSetError(f"SPEED-Bench {config} is under {root} twice ({where}); keep one")
     return next(iter(found.values()))
-
-
-def read_files(paths: list[Path]) -> list[PromptRow]:
-    """Rows of one config held in one or more files of the same layout."""
-    rows: list[PromptRow] = []
-    for path in paths:
-        rows += load_prompt_file(path)
-    seen: set[str] = set()
-    for r in rows:
-        if r.question_id in seen:
-            raise PromptSetError(f"{paths[0].parent}: duplicate question_id {r.question_id!r}")
-        seen.add(r.question_id)
-    return rows
 
 
 def load_speed_bench(
@@ -180,7 +170,7 @@ def load_speed_bench(
     if config not in CONFIGS:
         raise PromptSetError(f"unknown SPEED-Bench config {config!r}; known: {', '.join(CONFIGS)}")
     if root is not None:
-        return with_entropy_tiers(read_files(config_files(root, config)))
+        return with_entropy_tiers(load_prompt_file(config_path(root, config)))
     import datasets
 
     if data_files is not None:

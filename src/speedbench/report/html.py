@@ -176,11 +176,14 @@ def _image(path: Path) -> str:
     return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
 
 
-def render_html(results: Path, reference_verdict: str | None = None) -> str:
+def render_html(
+    results: Path, reference_verdict: str | None = None, text: str | None = None
+) -> str:
     """The whole report of a results folder as one HTML page.
 
     ``reference_verdict`` is verify-reference's line (``verdict: exact against ...``), when the
-    caller has checked the results against a reference.
+    caller has checked the results against a reference; ``text`` is the folder's Markdown
+    report where the caller has rendered it already.
     """
     sweeps = load_sweeps(results)
     summaries = {name: summary for name, (_, summary) in sweeps.items()}
@@ -224,7 +227,8 @@ def render_html(results: Path, reference_verdict: str | None = None) -> str:
             parts.append(oracle_heatmaps(oracle))
     if plots := report_plots(sweeps):
         parts += ["<h2>Plots</h2>", '<div class="plots">', *map(_image, plots), "</div>"]
-    tables = markdown.markdown(render(results).split("\n", 1)[1], extensions=["tables"])
+    text = render(results) if text is None else text
+    tables = markdown.markdown(text.split("\n", 1)[1], extensions=["tables"])
     parts += ["<h2>All tables</h2>", tables, "</body></html>"]
     return "\n".join(parts)
 
@@ -239,7 +243,8 @@ def write_sweep_report(folder: Path) -> list[Path]:
     one line and costs nothing else.
     """
     try:
-        text, page = render(folder), render_html(folder)
+        text = render(folder)
+        page = render_html(folder, text=text)
     except (OSError, ValueError) as exc:
         print(f"report not written: {exc}")
         return []

@@ -35,9 +35,11 @@ def load_sweeps(results: Path) -> dict[str, tuple[Path, SweepSummary]]:
     """
     if (results / "summary.json").exists():
         return {results.resolve().name: (results, SweepSummary.read(results / "summary.json"))}
-    found = sorted(p.parent for p in results.glob("*/summary.json"))
-    found.sort(key=lambda p: (p.name not in STAGE_DIRS, STAGE_DIRS.index(p.name)
-                              if p.name in STAGE_DIRS else 0, p.name))  # fmt: skip
+    rank = {name: i for i, name in enumerate(STAGE_DIRS)}
+    found = sorted(
+        (p.parent for p in results.glob("*/summary.json")),
+        key=lambda p: (rank.get(p.name, len(rank)), p.name),
+    )
     return {p.name: (p, SweepSummary.read(p / "summary.json")) for p in found}
 
 

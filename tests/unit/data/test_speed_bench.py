@@ -9,9 +9,9 @@ from speedbench.data.prompts import PromptSetError, load_prompt_file
 from speedbench.data.qualitative import SPLIT_COLUMNS
 from speedbench.data.speed_bench import (
     PLACEHOLDER,
-    config_files,
     config_of_path,
     config_of_split,
+    config_path,
     drop_placeholders,
     load_speed_bench,
 )
@@ -108,13 +108,13 @@ def test_throughput_categories_become_the_entropy_tiers(tmp_path):
 
 def test_a_config_in_two_layouts_or_in_none_is_refused(tmp_path):
     with pytest.raises(PromptSetError, match=r"no SPEED-Bench throughput_2k under .*: looked for"):
-        config_files(tmp_path, "throughput_2k")
+        config_path(tmp_path, "throughput_2k")
     _hub_layout(tmp_path, "qualitative", ROWS)
     _nemo_skills_layout(tmp_path, "qualitative", ROWS)
     with pytest.raises(PromptSetError, match=r"SPEED-Bench qualitative is under .* twice"):
-        config_files(tmp_path, "qualitative")
+        config_path(tmp_path, "qualitative")
     with pytest.raises(PromptSetError, match="unknown SPEED-Bench config 'throughput_4k'"):
-        config_files(tmp_path, "throughput_4k")
+        config_path(tmp_path, "throughput_4k")
 
 
 def test_the_config_is_read_from_a_path_of_each_layout_but_not_from_speedbenchs_split(tmp_path):

@@ -85,6 +85,18 @@ class VLLM:
         self.spec_fields = {f.name for f in dataclasses.fields(SpeculativeConfig)}
         hints = typing.get_type_hints(SpeculativeConfig)
         self.spec_methods = literal_values(hints["method"])
+        self.defaults = {"max_num_batched_tokens": self.token_budget()}
+
+    @staticmethod
+    def token_budget() -> int | None:
+        """Its default tokens per iteration for the OpenAI server, where this is a CPU build."""
+        from vllm.engine.arg_utils import EngineArgs
+        from vllm.platforms import current_platform
+        from vllm.usage.usage_lib import UsageContext
+
+        if not current_platform.is_cpu():
+            return None  # on a GPU it depends on the device's memory
+        return EngineArgs.get_batch_defaults(1)[0][UsageContext.OPENAI_API_SERVER]
 
     def check_argv(self, argv: list[str]) -> str | None:
         """None if ``vllm serve`` parses and validates ``argv``, else its error."""
@@ -184,7 +196,8 @@ def main() -> None:
                 "body_errors": [engine.check_body(b) for b in case.get("bodies", [])],
             }
         )
-    out = {"engine": sys.argv[1], "version": engine.version, "results": results}
+    out = {"engine": sys.argv[1], "version": engine.version, "results": results,
+           "defaults": getattr(engine, "defaults", {})}  # fmt: skip
     # Engines log to stdout too; the verdict is the one line with this marker.
     print(MARKER + json.dumps(out), flush=True)
 

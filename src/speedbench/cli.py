@@ -275,7 +275,7 @@ def _tune(args: argparse.Namespace) -> Any:
         from speedbench.oracle.run import refit_speedup_model
 
         try:
-            refit_speedup_model(sweep)
+            refit_speedup_model(sweep, args.token_budget)
         except (ValueError, FileNotFoundError) as exc:
             raise ConfigError(f"{sweep}: cannot refit the speedup model: {exc}") from None
     model = read_speedup_model(sweep)
@@ -555,6 +555,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="fit the step costs and replay every k again on the sweep's records (after a "
         "change to the model; the oracle's draft pass runs again)",
+    )
+    tn.add_argument(
+        "--token-budget",
+        type=int,
+        help="with --refit: the engine's most tokens per iteration, by which prompts were "
+        "prefilled in chunks (vLLM's max_num_batched_tokens; default: the model's own)",
     )
     tn.add_argument("--ngram-min", type=int, default=1, help="ngram: shortest n-gram (1)")
     tn.add_argument("--ngram-max", type=int, default=4, help="ngram: longest n-gram (4)")

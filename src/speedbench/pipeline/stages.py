@@ -163,7 +163,6 @@ def speedup_metrics(model: SpeedupModel | None) -> dict[str, Any]:
         )
         for c in model.curves
     }
-    costs = {"target": model.target, "draft": model.draft, "draft_pass": model.draft_pass}
     recommended = {
         f"{r.drafter}/{r.split}/bs{r.batch_size}/k{r.grid_k}": _round(
             r.model_dump(exclude={"drafter", "split", "batch_size", "grid_k"})
@@ -178,7 +177,7 @@ def speedup_metrics(model: SpeedupModel | None) -> dict[str, Any]:
             f"{s.drafter}/{s.split}": [list(r) for r in s.ranges] for s in model.schedules
         },
         "step_costs": {
-            name: _round(fit.model_dump(exclude={"sources"})) for name, fit in costs.items() if fit
+            key: _round(fit.model_dump(exclude={"sources"})) for key, _, fit in model.fits()
         },
     }
 

@@ -113,12 +113,14 @@ def render_oracle(levels: Sequence[OracleLevel]) -> list[str]:
 SPEEDUP_NOTE = (
     "Predicted speedup = a closed loop of the level's own requests replayed with the oracle's "
     "steps, every engine iteration priced by step costs fitted on this host (a fixed cost, "
-    "one per running sequence, one per processed token): the target's from the no-SD levels "
+    "one per running sequence, one per processed token and one per the square of the "
+    "iteration's tokens, which long prefills show): the target's from the no-SD levels "
     "(a verify step processes 1 + drafted tokens per request), a draft model's k passes per "
-    "step from the draft-model SD levels; SD off and SD through the same costs. Each "
-    "measured level's prediction is made without its timings: prompt lookup uses no SD "
-    "timing at all, a draft-model level's passes are fitted on the other draft-model levels "
-    "(leave one out). error = predicted / measured - 1. "
+    "step from the draft-model SD levels, prompt lookup's n-gram search from the "
+    "prompt-lookup SD levels; prompts prefilled in chunks where the engine caps an "
+    "iteration's tokens; SD off and SD through the same costs. Each measured level's "
+    "prediction is made without its timings: the drafter's passes are fitted on its other SD "
+    "levels (leave one out). error = predicted / measured - 1. "
     "Break-even model: the earlier AL / (1 + f k c), which charges nothing for verifying k + 1 "
     "tokens per stream. k = 0 is SD off; a k is recommended only where it gains 1 % or more."
 )
@@ -167,19 +169,17 @@ def render_speedup(model: SpeedupModel | None) -> list[str]:
         return []
     out = ["## Which k at which batch size: the speedup model", "", SPEEDUP_NOTE, ""]
     out += [
-        "| model | fixed ms | per sequence ms | per token ms | iterations (outliers) | R² "
-        "| fitted on |",
-        "|---|---|---|---|---|---|---|",
+        "| model | fixed ms | per sequence ms | per token ms | per token² ns "
+        "| iterations (outliers) | R² | fitted on |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    fits = (("target", model.target), ("draft alone", model.draft),
-            ("draft pass in SD", model.draft_pass))  # fmt: skip
-    for name, fit in fits:
-        if fit is not None:
-            out.append(
-                f"| {name} | {_ms(fit.fixed_s)} | {_ms(fit.per_sequence_s)} | "
-                f"{_ms(fit.per_token_s)} | {fit.iterations} ({fit.outliers}) | "
-                f"{_fmt(fit.r2, '.3f')} | {', '.join(fit.sources)} |"
-            )
+    for _, name, fit in model.fits():
+        out.append(
+            f"| {name} | {_ms(fit.fixed_s)} | {_ms(fit.per_sequence_s)} | "
+            f"{_ms(fit.per_token_s)} | {_fmt(fit.per_token_sq_s * 1e9, '.1f')} | "
+            f"{fit.iterations} ({fit.outliers}) | {_fmt(fit.r2, '.3f')} | "
+            f"{', '.join(fit.sources)} |"
+        )
     if model.checks:
         out += ["", "### Measured SD levels against the prediction made without them", ""]
         out += [

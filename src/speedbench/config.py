@@ -50,6 +50,20 @@ PASS_ENV_HELP = (
     "their values are read from speedbench's own environment at launch and written nowhere "
     "(not in params, results, MLflow or logs)."
 )
+# docker only: what the engine's own `docker run` line asks of the host (engines/containers.py
+# HostSettings); each is overridable in an engine config or a sweep's form.
+IpcMode = Literal["host", "private"]
+UlimitName = Literal["memlock", "stack", "nofile", "core"]
+SHM_SIZE = r"^[1-9][0-9]*[bkmg]?$"
+IPC_HELP = (
+    "docker: IPC namespace, host (the host's shared memory) or private; unset: the engine's "
+    "own run line's (host for vLLM, SGLang and TensorRT-LLM on GPUs)."
+)
+SHM_HELP = "docker: /dev/shm size under a private IPC namespace, e.g. 16g; unset: the engine's."
+ULIMITS_HELP = (
+    "docker: ulimits, name -> limit (-1 unlimited), e.g. {memlock: -1}; unset: the engine's "
+    "(TensorRT-LLM: memlock -1, stack 67108864)."
+)
 MODEL_CACHE_HELP = (
     "docker: a folder on the engine's host mounted as every container's Hugging Face cache "
     "(HF_HOME), so models named by hub id download once for the whole sweep."
@@ -158,7 +172,9 @@ class EngineConfig(StrictModel):
         description="docker only: 'all', a count ('2') or 'device=0,1' (ids or UUIDs), as in "
         "`docker run --gpus`; unset on a CPU host.",
     )
-    shm_size: str = Field(default="2g", description="docker only: /dev/shm size of the container.")
+    ipc: IpcMode | None = Field(default=None, description=IPC_HELP)
+    shm_size: str | None = Field(default=None, pattern=SHM_SIZE, description=SHM_HELP)
+    ulimits: dict[UlimitName, int] | None = Field(default=None, description=ULIMITS_HELP)
     cpus: str | None = Field(
         default_factory=lambda: os.environ.get(ENGINE_CPUS_ENV) or None,
         description="CPU cores the engine owns, as a Linux CPU list ('0', '0-3,8'): its process "

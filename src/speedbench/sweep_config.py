@@ -23,18 +23,24 @@ from pydantic.fields import FieldInfo
 
 from speedbench.config import (
     ENV_NAME,
+    IPC_HELP,
     METHODS_NEEDING_DRAFT_MODEL,
     MODEL_CACHE_HELP,
     PASS_ENV_HELP,
+    SHM_HELP,
+    SHM_SIZE,
+    ULIMITS_HELP,
     ArrivalProcess,
     DType,
     EngineKind,
+    IpcMode,
     LauncherKind,
     PrefixCache,
     SpecConfig,
     SpecMethod,
     SplitName,
     StrictModel,
+    UlimitName,
 )
 from speedbench.data.speed_bench import config_of_path, split_name
 
@@ -77,6 +83,9 @@ class EngineSection(StrictModel):
         default=[], description=PASS_ENV_HELP
     )
     model_cache: str | None = Field(default=None, description=MODEL_CACHE_HELP)
+    ipc: IpcMode | None = Field(default=None, description=IPC_HELP)
+    shm_size: str | None = Field(default=None, pattern=SHM_SIZE, description=SHM_HELP)
+    ulimits: dict[UlimitName, int] | None = Field(default=None, description=ULIMITS_HELP)
 
 
 class PromptsSection(StrictModel):

@@ -16,6 +16,24 @@ from speedbench.engines.base import EngineError
 
 
 @dataclass(frozen=True)
+class HostSettings:
+    """What the engine's own ``docker run`` line asks of the host, besides GPUs.
+
+    Attributes:
+        ipc: IPC namespace: ``host`` (the host's shared memory, what PyTorch's worker
+            processes and NCCL use) or ``private`` (the container's own /dev/shm).
+        shm_size: /dev/shm size where the namespace is private (ignored under ``host``).
+        ulimits: name -> limit (soft and hard; -1 unlimited), e.g. ``memlock``.
+        source: Where the setting comes from: the engine's documented run line.
+    """
+
+    ipc: str = "private"
+    shm_size: str = "2g"
+    ulimits: tuple[tuple[str, int], ...] = ()
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class ContainerSpec:
     """How to run one engine kind in a container.
 
@@ -24,12 +42,20 @@ class ContainerSpec:
         entrypoint: Command before the adapter's server arguments.
         port: Port the server listens on inside the container.
         health_path: Endpoint that answers 200 once the server is ready.
+        gpu_host: The host settings of its GPU run line.
+        cpu_host: Those of its CPU run line, where it has one (else ``gpu_host``).
     """
 
     image: str
     entrypoint: tuple[str, ...]
     port: int = 8000
     health_path: str = "/health"
+    gpu_host: HostSettings = HostSettings()
+    cpu_host: HostSettings | None = None
+
+    def host(self, gpus: bool) -> HostSettings:
+        """The settings of the run line for a host with GPUs or without."""
+        return self.gpu_host if gpus or self.cpu_host is None else self.cpu_host
 
 
 CONTAINERS: dict[str, ContainerSpec] = {}
@@ -55,5 +81,14 @@ def container_spec(kind: str) -> ContainerSpec:
 # launcher's command.
 register_container(
     "vllm",
-    ContainerSpec(image="vllm/vllm-openai:v0.32.0", entrypoint=("vllm", "serve")),
+    ContainerSpec(
+        image="vllm/vllm-openai:v0.32.0",
+        entrypoint=("vllm", "serve"),
+        gpu_host=HostSettings(
+            ipc="host", source="vLLM docs, Using Docker: docker run --gpus all --ipc=host"
+        ),
+        cpu_host=HostSettings(
+            shm_size="4g", source="vLLM docs, CPU installation: docker run --shm-size=4g"
+        ),
+    ),
 )

@@ -40,7 +40,7 @@ from typing import Any
 
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import LAUNCH_FILES_DIR, EngineError, get_engine
-from speedbench.engines.containers import container_spec
+from speedbench.engines.containers import HostSettings, container_spec
 from speedbench.engines.launchers import Launcher, register_launcher
 from speedbench.engines.running import (
     RunningEngine,
@@ -163,6 +163,38 @@ def container_view(
     return inside, inside_spec, volumes
 
 
+def host_settings(engine: EngineConfig) -> HostSettings:
+    """The engine's run-line settings (GPU or CPU), with the config's overrides."""
+    own = container_spec(engine.kind).host(gpus=bool(engine.gpus))
+    ulimits = tuple(sorted(engine.ulimits.items())) if engine.ulimits is not None else None
+    return HostSettings(
+        ipc=engine.ipc or own.ipc,
+        shm_size=engine.shm_size or own.shm_size,
+        ulimits=own.ulimits if ulimits is None else ulimits,
+        source=own.source,
+    )
+
+
+def host_options(settings: HostSettings) -> dict[str, Any]:
+    """The ``containers.create`` keywords of host settings."""
+    from docker.types import Ulimit
+
+    options: dict[str, Any] = {"ipc_mode": settings.ipc}
+    if settings.ipc != "host":  # the host's /dev/shm has its own size
+        options["shm_size"] = settings.shm_size
+    if settings.ulimits:
+        options["ulimits"] = [Ulimit(name=n, soft=v, hard=v) for n, v in settings.ulimits]
+    return options
+
+
+def host_flags(settings: HostSettings) -> list[str]:
+    """The same settings as ``docker run`` flags (for plans and logs)."""
+    flags = [f"--ipc={settings.ipc}"]
+    if settings.ipc != "host":
+        flags.append(f"--shm-size={settings.shm_size}")
+    return flags + [f"--ulimit {n}={v}" for n, v in settings.ulimits]
+
+
 def container_options(engine: EngineConfig, spec: SpecConfig) -> dict[str, Any]:
     """Everything of the ``containers.create`` call for this engine and SD configuration."""
     adapter = get_engine(engine.kind)
@@ -185,7 +217,7 @@ def container_options(engine: EngineConfig, spec: SpecConfig) -> dict[str, Any]:
         "ports": {f"{image_spec.port}/tcp": (engine.host, engine.port)},
         "volumes": volumes,
         "device_requests": device_requests(engine.gpus),
-        "shm_size": engine.shm_size,
+        **host_options(host_settings(engine)),
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges"],
         "labels": {LABEL: "1", f"{LABEL}.config": spec.label},
@@ -288,9 +320,11 @@ def launch_docker(
         if files:
             container.put_archive("/", launch_files_archive(files))
         bound = ["--cpuset-cpus", options["cpuset_cpus"]] if "cpuset_cpus" in options else []
+        flags = host_flags(host_settings(engine))
         header = "$ docker run " + " ".join(
-            redact_args([*bound, options["image"], *options["entrypoint"], *options["command"]])
-        )
+            redact_args([*bound, *flags, options["image"], *options["entrypoint"],
+                         *options["command"]])
+        )  # fmt: skip
         log_path.write_text(header + "\n")
         try:
             container.start()

@@ -39,7 +39,7 @@ from speedbench.engines.base import (
     register_engine,
     stream_error,
 )
-from speedbench.engines.containers import ContainerSpec, register_container
+from speedbench.engines.containers import ContainerSpec, HostSettings, register_container
 from speedbench.metrics.acceptance import SpecCounters
 
 # SGLang's ServerArgs.__post_init__ sets max_running_requests to this for EAGLE, EAGLE3,
@@ -261,5 +261,11 @@ register_container(
         image="lmsysorg/sglang:v0.5.5",
         entrypoint=("python3", "-m", "sglang.launch_server"),
         port=30000,
+        gpu_host=HostSettings(
+            ipc="host",
+            shm_size="32g",
+            source="SGLang docs, install with Docker: docker run --gpus all --shm-size 32g "
+            "--ipc=host",
+        ),
     ),
 )

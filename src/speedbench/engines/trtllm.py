@@ -45,7 +45,7 @@ from speedbench.engines.base import (
     register_engine,
     stream_error,
 )
-from speedbench.engines.containers import ContainerSpec, register_container
+from speedbench.engines.containers import ContainerSpec, HostSettings, register_container
 from speedbench.metrics.acceptance import SpecCounters
 
 # speedbench method -> speculative_config.decoding_type
@@ -208,5 +208,11 @@ register_container(
     ContainerSpec(
         image="nvcr.io/nvidia/tensorrt-llm/release:1.2.0",
         entrypoint=("trtllm-serve",),
+        gpu_host=HostSettings(
+            ipc="host",
+            ulimits=(("memlock", -1), ("stack", 67108864)),
+            source="TensorRT-LLM docs, containers: docker run --ipc host --gpus all "
+            "--ulimit memlock=-1 --ulimit stack=67108864",
+        ),
     ),
 )

@@ -17,7 +17,13 @@ from typing import Any
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineError, get_engine
 from speedbench.engines.containers import container_spec
-from speedbench.engines.docker import CACHE_MOUNT, container_options, container_view
+from speedbench.engines.docker import (
+    CACHE_MOUNT,
+    container_options,
+    container_view,
+    host_flags,
+    host_settings,
+)
 from speedbench.run.plan import check_concurrency, check_specs, engine_config, load_settings
 from speedbench.secrets import redact, redact_args
 from speedbench.sweep_config import SweepConfig
@@ -59,6 +65,7 @@ def launch_plan(engine: EngineConfig, spec: SpecConfig, sweep: SweepConfig) -> L
         command = [
             "docker run",
             *(["--gpus", engine.gpus] if engine.gpus else []),
+            *host_flags(host_settings(engine)),
             *mounts,
             f"-p {host}:{port}:{container_spec(engine.kind).port}",
             options["image"],

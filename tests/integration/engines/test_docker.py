@@ -30,6 +30,7 @@ from speedbench.engines.base import EngineError
 from speedbench.engines.docker import (
     FILES_MOUNT,
     check_docker,
+    container_options,
     docker_client,
     launch_docker,
     launch_files_archive,
@@ -138,7 +139,9 @@ def test_the_container_was_labelled_and_logged(both_launchers):
     log = both_launchers["log"]
     # Bound to this test process's engine core (tests/conftest.py): the cpuset says so.
     cpus = os.environ[ENGINE_CPUS_ENV]
-    assert log.startswith(f"$ docker run --cpuset-cpus {cpus} {IMAGE} vllm serve")
+    # The CPU run line's host settings (vLLM's CPU docs: --shm-size=4g) are in it too.
+    flags = "--ipc=private --shm-size=4g"
+    assert log.startswith(f"$ docker run --cpuset-cpus {cpus} {flags} {IMAGE} vllm serve")
     # The level's host figures name the engine's cores where it runs on this host; the cores of
     # a Docker host reached over ssh:// are another machine's, as far as speedbench can tell.
     assert both_launchers["local-host"].engine_cpus == cpus
@@ -189,6 +192,36 @@ def test_a_container_left_by_a_killed_sweep_is_named_before_any_launch(tiny_pair
         left.remove(force=True)
         client.close()
     check_docker(docker_engine(target))  # clean again: the preflight passes
+
+
+def test_the_daemon_takes_each_engines_own_host_settings(tiny_pair):
+    # What the engines' run lines ask (docker run --ipc host, --ulimit memlock=-1, ...) as the
+    # daemon records it at create; a sweep's form overrides them. Created, never started.
+    target, _ = tiny_pair
+    client = docker_client(EngineConfig(model="-"))
+    cases = {
+        "trtllm": (docker_engine(target, kind="trtllm"), "host", 0,
+                   [("memlock", -1), ("stack", 67108864)]),
+        "vllm-cpu": (docker_engine(target), "private", 4 * 1024**3, []),
+        "sglang-overridden": (docker_engine(target, kind="sglang", ipc="private",
+                                            shm_size="1g", ulimits={"nofile": 4096}),
+                              "private", 1024**3, [("nofile", 4096)]),
+    }  # fmt: skip
+    made = []
+    try:
+        for name, (engine, ipc, shm, ulimits) in cases.items():
+            container = client.containers.create(**container_options(engine, SpecConfig()))
+            made.append(container)
+            host = client.api.inspect_container(container.id)["HostConfig"]
+            got = [(u["Name"], u["Soft"]) for u in host.get("Ulimits") or []]
+            assert (host["IpcMode"], got) == (ipc, ulimits), name
+            assert all(u["Soft"] == u["Hard"] for u in host.get("Ulimits") or []), name
+            if ipc != "host":  # under the host's namespace /dev/shm is the host's
+                assert host["ShmSize"] == shm, name
+    finally:
+        for container in made:
+            container.remove(force=True)
+        client.close()
 
 
 def test_a_crashing_engine_fails_with_its_log_and_is_removed(tmp_path):

@@ -113,3 +113,34 @@ def test_a_bound_engine_gets_a_cpuset_and_bound_openmp_threads():
         "VLLM_SERVER_DEV_MODE": "1",
     }
     assert "cpuset_cpus" not in container_options(EngineConfig(model="m"), SpecConfig())
+
+
+def _host(**fields):
+    opts = container_options(EngineConfig(model="/m", launcher="docker", **fields), SpecConfig())
+    ulimits = [(u["Name"], u["Soft"], u["Hard"]) for u in opts.get("ulimits", [])]
+    return opts["ipc_mode"], opts.get("shm_size"), ulimits
+
+
+def test_each_engine_gets_its_own_run_lines_host_settings():
+    # vLLM on GPUs: --ipc=host (its Docker docs); on the CPU: --shm-size=4g (its CPU docs).
+    assert _host(gpus="all") == ("host", None, [])
+    assert _host() == ("private", "4g", [])
+    # SGLang: --shm-size 32g --ipc=host; under the host's namespace the size is the host's.
+    assert _host(kind="sglang", gpus="all") == ("host", None, [])
+    # TensorRT-LLM: --ipc host --ulimit memlock=-1 --ulimit stack=67108864.
+    assert _host(kind="trtllm", gpus="all") == (
+        "host", None, [("memlock", -1, -1), ("stack", 67108864, 67108864)]
+    )  # fmt: skip
+    assert _host(kind="sglang") == ("host", None, [])  # no CPU run line: the GPU one
+
+
+def test_a_config_overrides_the_engines_host_settings():
+    assert _host(kind="sglang", gpus="all", ipc="private") == ("private", "32g", [])
+    assert _host(kind="trtllm", gpus="all", ulimits={"nofile": 65536}, shm_size="64g") == (
+        "host", None, [("nofile", 65536, 65536)]
+    )  # fmt: skip
+    assert _host(kind="trtllm", gpus="all", ulimits={}) == ("host", None, [])  # none at all
+    with pytest.raises(ConfigError, match=r"EngineConfig.shm_size: String should match pattern"):
+        load_config(EngineConfig, {"model": "m", "shm_size": "lots"})
+    with pytest.raises(ConfigError, match=r"EngineConfig.ulimits.rss.\[key\]: got 'rss'; allo"):
+        load_config(EngineConfig, {"model": "m", "ulimits": {"rss": 1}})

@@ -41,8 +41,13 @@ def configs(argv: list[str]) -> int:
     """Launches the form asks for: the baseline and each SD method at each draft length."""
     methods = argv[argv.index("--methods") + 1 :]
     methods = methods[: next((i for i, w in enumerate(methods) if w.startswith("--")), None)]
-    lengths = argv[argv.index("--draft-lengths") + 1 :]
-    lengths = lengths[: next((i for i, w in enumerate(lengths) if w.startswith("--")), None)]
+    if "--draft-lengths" not in argv:  # the form's default
+        from speedbench.sweep_config import SweepConfig
+
+        lengths = [str(k) for k in SweepConfig().draft_lengths]
+    else:
+        lengths = argv[argv.index("--draft-lengths") + 1 :]
+        lengths = lengths[: next((i for i, w in enumerate(lengths) if w.startswith("--")), None)]
     return 1 + len([m for m in methods if m != "none"]) * len(lengths)
 
 

@@ -24,7 +24,9 @@ def test_plan_prints_commands_files_and_bodies_for_each_config(capsys, tmp_path)
     assert [b.split(" ")[0] for b in blocks] == ["none", "ngram-k3"]
     ngram = blocks[1]
     assert "drafting: chain of 3, one n-gram pool shared by all requests" in ngram
-    assert f"$ docker run --gpus all -v {model}:/models/target:ro" in ngram
+    # TensorRT-LLM's own run line: the host's IPC namespace, unlimited locked memory.
+    host = "--ipc=host --ulimit memlock=-1 --ulimit stack=67108864"
+    assert f"$ docker run --gpus all {host} -v {model}:/models/target:ro" in ngram
     assert "trtllm-serve /models/target --backend pytorch" in ngram
     assert "--extra_llm_api_options /speedbench/extra_llm_api_options.yaml" in ngram
     assert "decoding_type: NGram" in ngram and "iter_stats_max_iterations: 100000" in ngram
@@ -135,3 +137,15 @@ def test_a_config_the_engine_release_cannot_run_is_refused_before_any_launch(cap
     ]  # fmt: skip
     assert main(argv) == 2
     assert "suffix-k3: SGLang has no SD method 'suffix'" in capsys.readouterr().err
+
+
+def test_plan_shows_the_host_settings_a_sweeps_form_overrides(capsys, tmp_path):
+    argv = [
+        "plan", "--engine", "trtllm", "--launcher", "docker", "--gpus", "all",
+        "--model", str(tmp_path), "--methods", "none", "--batch-sizes", "1",
+        "--ipc", "private", "--shm-size", "64g", "--ulimits", "memlock=-1", "nofile=65536",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    flags = "--ipc=private --shm-size=64g --ulimit memlock=-1 --ulimit nofile=65536"
+    assert f"$ docker run --gpus all {flags} -v {tmp_path}:/models/target:ro" in out

@@ -278,6 +278,10 @@ def _tune(args: argparse.Namespace) -> Any:
             refit_speedup_model(sweep, args.token_budget)
         except (ValueError, FileNotFoundError) as exc:
             raise ConfigError(f"{sweep}: cannot refit the speedup model: {exc}") from None
+        from speedbench.report.plots import write_plots
+        from speedbench.results import SweepSummary
+
+        write_plots(SweepSummary.read(sweep / "summary.json"), sweep / "plots")
     model = read_speedup_model(sweep)
     if model is None:
         raise ConfigError(

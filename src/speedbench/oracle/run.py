@@ -54,15 +54,12 @@ from speedbench.oracle.recommend import SPEEDUP_MODEL_FILE, SpeedupModel, speedu
 from speedbench.oracle.schedule import engine_schedules
 from speedbench.provision.models import resolve_dtype
 from speedbench.records import read_parquet
-from speedbench.report.oracle import plot_oracle, plot_speedup
 from speedbench.results import ConfigFailure, LevelMetrics, SummaryRow, SweepSummary, write_json
 from speedbench.sweep_config import SweepConfig
 
 log = logging.getLogger(__name__)
 
 ORACLE_DIR = "oracle"
-ORACLE_PLOT = "oracle.png"
-SPEEDUP_PLOT = "speedup_model.png"
 
 
 def baseline_eos(directory: Path) -> int | None:
@@ -201,10 +198,7 @@ def with_oracle(
         failures += with_speedup_model(
             summary, config, baselines, predictions, out, config.draft_lengths, budget
         )
-    plots = list(summary.plots)
-    if (plot := plot_oracle(levels, out / "plots" / ORACLE_PLOT)) is not None:
-        plots.append(str(plot))
-    done = summary.model_copy(update={"failures": failures, "plots": plots})
+    done = summary.model_copy(update={"failures": failures})
     done.write(out / "summary.json")
     return done, levels
 
@@ -328,9 +322,8 @@ def refit_speedup_model(out: Path, token_budget: int | None = None) -> SpeedupMo
 
 
 def write_speedup_model(model: SpeedupModel, out: Path) -> None:
-    """The model's JSON and plot in a sweep's output folder."""
+    """The model's JSON in a sweep's output folder (its plot: ``report.plots.write_plots``)."""
     write_json(out / ORACLE_DIR / SPEEDUP_MODEL_FILE, model.model_dump(mode="json"))
-    plot_speedup(model, out / "plots" / SPEEDUP_PLOT)
 
 
 def read_speedup_model(out: Path) -> SpeedupModel | None:
@@ -358,14 +351,16 @@ def speedup_scalars(model: SpeedupModel | None) -> dict[str, float]:
 
 
 def oracle_paths(out: Path) -> list[Path]:
-    """The oracle's files in a sweep folder: each level's oracle.json, and its plot."""
-    plots = [out / "plots" / ORACLE_PLOT, out / "plots" / SPEEDUP_PLOT]
+    """The oracle's files in a sweep folder: oracle.json files, speedup model, schedules.
+
+    Their plots are among the summary's (``report.plots.write_plots``).
+    """
     extra = [
         out / ORACLE_DIR / SPEEDUP_MODEL_FILE,
         *sorted((out / ORACLE_DIR).glob("schedule-*.json")),
     ]
     found = sorted((out / ORACLE_DIR).glob("*/*/*/oracle.json"))
-    return found + [p for p in [*extra, *plots] if p.exists()]
+    return found + [p for p in extra if p.exists()]
 
 
 def read_oracle(out: Path) -> list[OracleLevel]:

@@ -1,15 +1,14 @@
 """The greedy acceptance oracle in the report: AL by k per category, best k, measured vs predicted.
 
 Reads the oracle levels of a sweep folder (:func:`speedbench.oracle.run.read_oracle`) and
-writes Markdown tables and one plot. Every AL names its view: Category_AL and Average_AL are
-SPEED-Bench's (``speed_bench``); the break-even model uses the stream view's tokens per target
-step.
+writes Markdown tables (its plots: :mod:`speedbench.report.plots`). Every AL names its view:
+Category_AL and Average_AL are SPEED-Bench's (``speed_bench``); the break-even model uses the
+stream view's tokens per target step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from speedbench.oracle.predict import OracleLevel
@@ -237,58 +236,3 @@ def render_speedup(model: SpeedupModel | None) -> list[str]:
         for s in model.schedules:
             out.append(f"- {s.drafter} ({s.split}): {_ranges(s.ranges)}")
     return out
-
-
-def plot_speedup(model: SpeedupModel | None, path: str | Path) -> Path | None:
-    """Predicted speedup against k per batch size, one panel per drafter; x: measured."""
-    if model is None or not model.curves:
-        return None
-    import matplotlib.pyplot as plt
-
-    from speedbench.report.plots import _save
-
-    drafters = sorted({c.drafter for c in model.curves})
-    fig, axes = plt.subplots(1, len(drafters), figsize=(5.5 * len(drafters), 4.2), squeeze=False)
-    for ax, drafter in zip(axes[0], drafters, strict=True):
-        for c in (c for c in model.curves if c.drafter == drafter):
-            ks = sorted(c.speedup)
-            (line,) = ax.plot(ks, [c.speedup[k] for k in ks], marker="o", label=f"bs{c.batch_size}")
-            done = [
-                x for x in model.checks if x.drafter == drafter and x.batch_size == c.batch_size
-            ]
-            for x in done:
-                if x.measured_speedup is not None:
-                    ax.scatter(
-                        [x.k], [x.measured_speedup], marker="x", s=80, color=line.get_color()
-                    )
-        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-        ax.set(xlabel="draft length k (0: SD off)", ylabel="speedup over SD off",
-               title=f"{drafter}: predicted (lines) and measured (x)")  # fmt: skip
-        ax.legend(fontsize=8)
-    return _save(fig, path)
-
-
-def plot_oracle(levels: Sequence[OracleLevel], path: str | Path) -> Path | None:
-    """Average_AL and Category_AL against k per drafter."""
-    if not levels:
-        return None
-    import matplotlib.pyplot as plt
-
-    from speedbench.report.plots import _save
-
-    fig, axes = plt.subplots(1, 1, figsize=(6.5, 4.2), squeeze=False)
-    left = axes[0][0]
-    for level in levels:
-        ks = [f.k for f in level.by_k]
-        al = [f.views["speed_bench"].al_request_mean for f in level.by_k]
-        (line,) = left.plot(ks, al, marker="o", lw=2, label=f"{level.drafter} (Average_AL)")
-        for c in sorted(level.by_k[0].per_category):
-            cat = [f.per_category[c]["speed_bench"].al_request_mean for f in level.by_k]
-            left.plot(ks, cat, color=line.get_color(), lw=0.6, alpha=0.4)
-    left.set(
-        xlabel="draft length k",
-        ylabel="acceptance length (speed_bench view)",
-        title="Predicted AL by k (thin: one line per category)",
-    )
-    left.legend(fontsize=8)
-    return _save(fig, path)

@@ -1,10 +1,11 @@
-"""PNG plots of a measured summary: AR, Pareto, AL heatmap, speedup, request rates.
+"""PNG plots of a sweep: AR, Pareto, AL heatmap, speedup, request rates, oracle, speedup model.
 
-Conditional AR by draft position, the Pareto curve, the AL heatmap, speedup by batch size, and
-what request rates did (throughput, latency and goodput against the rate).
+Conditional AR by draft position, the Pareto curve, the AL heatmap, speedup by batch size,
+what request rates did (throughput, latency and goodput against the rate), the oracle's AL by
+k and the speedup model's predicted curves with the measured levels on them.
 
-Matplotlib runs headless (Agg). Each function takes a sweep's
-:class:`~speedbench.results.SweepSummary` and writes one PNG.
+Matplotlib runs headless (Agg). Each function writes one PNG; :func:`write_plots` all of a
+sweep's.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from speedbench.oracle.predict import OracleLevel
+    from speedbench.oracle.recommend import SpeedupModel
     from speedbench.results import SummaryRow, SweepSummary
 
 
@@ -170,8 +175,66 @@ def plot_rates(summary: SweepSummary, path: str | Path) -> Path | None:
     return _save(fig, path)
 
 
+# Their file names in a sweep's plots folder.
+ORACLE_PLOT = "oracle.png"
+SPEEDUP_MODEL_PLOT = "speedup_model.png"
+
+
+def plot_speedup_model(model: SpeedupModel | None, path: str | Path) -> Path | None:
+    """Predicted speedup against k per batch size, one panel per drafter; x: measured."""
+    if model is None or not model.curves:
+        return None
+    drafters = sorted({c.drafter for c in model.curves})
+    fig, axes = plt.subplots(1, len(drafters), figsize=(5.5 * len(drafters), 4.2), squeeze=False)
+    for ax, drafter in zip(axes[0], drafters, strict=True):
+        for c in (c for c in model.curves if c.drafter == drafter):
+            ks = sorted(c.speedup)
+            (line,) = ax.plot(ks, [c.speedup[k] for k in ks], marker="o", label=f"bs{c.batch_size}")
+            done = [
+                x for x in model.checks if x.drafter == drafter and x.batch_size == c.batch_size
+            ]
+            for x in done:
+                if x.measured_speedup is not None:
+                    ax.scatter(
+                        [x.k], [x.measured_speedup], marker="x", s=80, color=line.get_color()
+                    )
+        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+        ax.set(xlabel="draft length k (0: SD off)", ylabel="speedup over SD off",
+               title=f"{drafter}: predicted (lines) and measured (x)")  # fmt: skip
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_oracle(levels: Sequence[OracleLevel], path: str | Path) -> Path | None:
+    """Average_AL and Category_AL against k per drafter."""
+    if not levels:
+        return None
+    fig, axes = plt.subplots(1, 1, figsize=(6.5, 4.2), squeeze=False)
+    left = axes[0][0]
+    for level in levels:
+        ks = [f.k for f in level.by_k]
+        al = [f.views["speed_bench"].al_request_mean for f in level.by_k]
+        (line,) = left.plot(ks, al, marker="o", lw=2, label=f"{level.drafter} (Average_AL)")
+        for c in sorted(level.by_k[0].per_category):
+            cat = [f.per_category[c]["speed_bench"].al_request_mean for f in level.by_k]
+            left.plot(ks, cat, color=line.get_color(), lw=0.6, alpha=0.4)
+    left.set(
+        xlabel="draft length k",
+        ylabel="acceptance length (speed_bench view)",
+        title="Predicted AL by k (thin: one line per category)",
+    )
+    left.legend(fontsize=8)
+    return _save(fig, path)
+
+
 def write_plots(summary: SweepSummary, out_dir: str | Path) -> list[Path]:
-    """All plots of a summary into ``out_dir``; returns the files written."""
+    """All plots of a sweep into ``out_dir`` (its folder's ``plots``); returns those written.
+
+    The oracle's and the speedup model's are drawn from the files beside the summary, where
+    the sweep made them.
+    """
+    from speedbench.oracle.run import read_oracle, read_speedup_model
+
     out = Path(out_dir)
     made = [
         plot_conditional_ar(summary, out / "conditional_ar.png"),
@@ -179,6 +242,8 @@ def write_plots(summary: SweepSummary, out_dir: str | Path) -> list[Path]:
         plot_al_heatmap(summary, out / "al_heatmap.png"),
         plot_speedup(summary, out / "speedup.png"),
         plot_rates(summary, out / "rates.png"),
+        plot_oracle(read_oracle(out.parent), out / ORACLE_PLOT),
+        plot_speedup_model(read_speedup_model(out.parent), out / SPEEDUP_MODEL_PLOT),
     ]
     return [p for p in made if p is not None]
 

@@ -266,6 +266,10 @@ def run_sweep(
             summary = measure_best_k(
                 summary, config, engine, specs, items, tokenizer, hooks, oracle
             )
+        # The oracle's and the speedup model's plots beside the grid's.
+        plots = [str(p) for p in write_plots(summary, out / "plots")]
+        summary.plots = plots + [p for p in summary.plots if p not in plots]
+        summary.write(out / "summary.json")
     for path in write_sweep_report(out):
         print(f"report: {path.resolve()}")
     return summary
@@ -311,9 +315,7 @@ def measure_best_k(
     ]
     model = model.model_copy(update={"recommendations": verdicts})
     write_speedup_model(model, out)
-    # run_grid wrote its own rows over summary.json and the plots: put the whole sweep's back.
-    plots = [str(p) for p in write_plots(done, out / "plots")]
-    done.plots = plots + [p for p in summary.plots if p not in plots]
+    done.plots = list(summary.plots)  # run_grid wrote its own; the sweep's are drawn after
     done.write(out / "summary.json")
     return done
 

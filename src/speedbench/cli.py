@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import types
 import typing
@@ -20,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from speedbench.config import ConfigError, load_config, load_params, read_config_file
+from speedbench.config import TREE_SHAPE, ConfigError, load_config, load_params, read_config_file
 from speedbench.data.prompts import write_prompt_file
 from speedbench.errors import finish
 from speedbench.provision.models import PACKAGED_MODELS, provision, resolve_dtype, resolve_model
@@ -213,7 +214,7 @@ def _oracle(args: argparse.Namespace) -> Any:
     from speedbench.oracle.predict import OracleLevel, check_measured, figures_at, predict
     from speedbench.oracle.run import baseline_eos
     from speedbench.records import read_parquet
-    from speedbench.report.oracle import al_by_k_table, check_table
+    from speedbench.report.oracle import al_by_k_table, check_table, render_variants
     from speedbench.results import write_json
 
     baseline = Path(args.baseline)
@@ -226,15 +227,28 @@ def _oracle(args: argparse.Namespace) -> Any:
                           f"{args.ngram_min}..{args.ngram_max}")  # fmt: skip
     ks = list(range(1, args.max_k + 1))
     dtype = resolve_dtype(args.dtype)
-    draft = None
+    if (args.draft_vocab or args.trees) and args.drafter != "draft_model":
+        raise ConfigError("--draft-vocab and --trees are a draft model's: --drafter draft_model")
+    for shape in args.trees:
+        if not re.fullmatch(TREE_SHAPE, shape):
+            raise ConfigError(f"--trees: a tree is breadths per depth like 2x2x2, got {shape!r}")
+    draft = vocab = None
     if args.drafter == "draft_model":
         from speedbench.oracle.draft import load_draft
+        from speedbench.oracle.variants import pruned_vocab
 
-        draft = load_draft(resolve_model(args.draft, dtype=dtype), dtype)
+        weights = resolve_model(args.draft, dtype=dtype)
+        draft = load_draft(weights, dtype)
+        if args.draft_vocab:
+            try:
+                vocab = pruned_vocab(weights, args.draft_vocab)
+            except ValueError as exc:
+                raise ConfigError(f"--draft-vocab: {exc}") from None
     eos_id = baseline_eos(baseline)
     try:
         prediction = predict(read_parquet(baseline / "records.parquet"), args.drafter, ks,
-                             draft=draft, ngram=(args.ngram_min, args.ngram_max))  # fmt: skip
+                             draft=draft, ngram=(args.ngram_min, args.ngram_max),
+                             kept=vocab.kept if vocab else None)  # fmt: skip
     except ValueError as exc:
         raise ConfigError(f"{baseline}: {exc}") from None
     by_k = [figures_at(prediction, args.drafter, k, eos_id) for k in ks]
@@ -255,9 +269,16 @@ def _oracle(args: argparse.Namespace) -> Any:
         dtype=dtype,
         ngram=(args.ngram_min, args.ngram_max),
     )
+    if prediction.draft_pass is not None and (vocab or args.trees):
+        from speedbench.oracle.variants import draft_variants
+
+        variants = draft_variants(prediction, prediction.draft_pass, ks,
+                                  vocab.kept if vocab else {}, vocab.source if vocab else None,
+                                  args.trees, eos_id)  # fmt: skip
+        level = level.model_copy(update={"variants": variants})
     out = Path(args.out) if args.out else baseline / f"oracle-{args.drafter}.json"
     write_json(out, level.model_dump(mode="json"))
-    print("\n".join(al_by_k_table(level)))
+    print("\n".join([*al_by_k_table(level), *render_variants(level)]))
     if table := check_table([level]):
         print("\n" + "\n".join(table))
     print(f"\n{level.questions} questions, {level.seconds:.1f} s; wrote {out}")
@@ -541,6 +562,22 @@ def build_parser() -> argparse.ArgumentParser:
     oc.add_argument("--ngram-min", type=int, default=1, help="ngram: shortest n-gram (1)")
     oc.add_argument("--ngram-max", type=int, default=4, help="ngram: longest n-gram (4)")
     oc.add_argument("--measured", nargs="*", default=[], help="SD level folders to check")
+    oc.add_argument(
+        "--draft-vocab",
+        nargs="*",
+        type=int,
+        default=[],
+        metavar="N",
+        help="draft_model: also the draft pruned to its N most frequent tokens "
+        "(counted over the throughput corpora)",
+    )
+    oc.add_argument(
+        "--trees",
+        nargs="*",
+        default=[],
+        metavar="SHAPE",
+        help="draft_model: also static trees, breadth per depth like 4x4x4",
+    )
     oc.add_argument("--out", help="oracle JSON (default: <baseline>/oracle-<drafter>.json)")
     oc.set_defaults(func=_oracle)
 

@@ -50,6 +50,9 @@ PASS_ENV_HELP = (
     "their values are read from speedbench's own environment at launch and written nowhere "
     "(not in params, results, MLflow or logs)."
 )
+# A static draft tree for the oracle: breadth per depth (speedbench.oracle.variants).
+TREE_SHAPE = r"^[1-9][0-9]*(x[1-9][0-9]*)*$"
+
 # docker only: what the engine's own `docker run` line asks of the host (engines/containers.py
 # HostSettings); each is overridable in an engine config or a sweep's form.
 IpcMode = Literal["host", "private"]

@@ -29,6 +29,7 @@ from speedbench.config import (
     PASS_ENV_HELP,
     SHM_HELP,
     SHM_SIZE,
+    TREE_SHAPE,
     ULIMITS_HELP,
     ArrivalProcess,
     DType,
@@ -403,6 +404,17 @@ class SweepConfig(StrictModel):
         description="Oracle: the batch size of its own baseline level (default: the largest "
         "of batch_sizes).",
     )
+    oracle_draft_vocab: list[Annotated[int, Field(ge=1)]] = Field(
+        default=[],
+        description="Oracle: also predict the draft restricted to its N most frequent tokens "
+        "(counted over the throughput corpora, never the answers), for each N here: AL by k "
+        "and category, and the share of answer tokens kept (SPEED-Bench's vocabulary pruning).",
+    )
+    oracle_trees: list[Annotated[str, StringConstraints(pattern=TREE_SHAPE)]] = Field(
+        default=[],
+        description="Oracle: also predict static draft trees, breadth per depth like 4x4x4 "
+        "(the draft's top-4 children of every node, depth 3): AL and tokens verified per step.",
+    )
     measure_best_k: bool = Field(
         default=False,
         description="Oracle: after the speedup model, measure each drafter at its predicted "
@@ -548,6 +560,8 @@ class SweepConfig(StrictModel):
                 raise ValueError("oracle_per_category/oracle_batch_size set but oracle is empty")
             if self.measure_best_k:
                 raise ValueError("measure_best_k measures the oracle's recommendation: set oracle")
+            if self.oracle_draft_vocab or self.oracle_trees:
+                raise ValueError("oracle_draft_vocab/oracle_trees set but oracle is empty")
             return
         if len(set(self.oracle)) != len(self.oracle):
             raise ValueError(f"oracle has duplicates: {self.oracle}")
@@ -559,6 +573,8 @@ class SweepConfig(StrictModel):
             raise ValueError("the oracle replays the no-SD baseline: baseline must be true")
         if "draft_model" in self.oracle and not self.draft_model:
             raise ValueError("oracle draft_model needs draft_model (the draft's weights)")
+        if (self.oracle_draft_vocab or self.oracle_trees) and "draft_model" not in self.oracle:
+            raise ValueError("oracle_draft_vocab and oracle_trees are the draft's: add draft_model")
         if not self.load.batch_sizes and self.oracle_per_category is None:
             raise ValueError(
                 "the oracle replays a closed-loop baseline level: give batch_sizes or "

@@ -119,6 +119,17 @@ BAD_CONFIGS = [
     ),
     (SweepConfig, {"methods": []}, "SweepConfig.methods: List should have at least 1 item"),
     (SweepConfig, ["not", "a", "mapping"], "SweepConfig: expected a mapping, got list"),
+    (
+        SweepConfig,
+        {"oracle": ["draft_model"], "draft_model": "d", "oracle_trees": ["4x"]},
+        "SweepConfig.oracle_trees.0: String should match pattern",
+    ),
+    (
+        SweepConfig,
+        {"oracle": ["ngram"], "oracle_draft_vocab": [32768]},
+        "oracle_draft_vocab and oracle_trees are the draft's: add draft_model",
+    ),
+    (SweepConfig, {"oracle_trees": ["2x2"]}, "oracle_draft_vocab/oracle_trees set but oracle is"),
 ]
 
 

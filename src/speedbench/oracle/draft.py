@@ -7,6 +7,12 @@ batched by length (right padding, so every real token keeps its own position) an
 model head runs on the answer positions only, the one part of the vocabulary projection the
 oracle needs.
 
+The same logits give two more drafters for free (:mod:`speedbench.oracle.variants`): the
+answer token's **rank** in the draft's distribution (a static tree keeping the top-b children
+of a node accepts it where the rank is below b), and the argmax over a **pruned vocabulary**
+(the draft restricted to the N most frequent tokens of a corpus, as EAGLE3-style drafters are):
+a masked argmax, exact under greedy decoding.
+
 This runs transformers on the CPU in the draft's engine dtype. It is the reference computation,
 not the engine's kernels: where the engine rounds otherwise (bf16, quantised weights) the
 measured steps differ from the predicted ones, and the difference is the engine's own loss.
@@ -15,8 +21,8 @@ measured steps differ from the predicted ones, and the difference is the engine'
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from tqdm import tqdm
@@ -27,11 +33,23 @@ TOKENS_PER_BATCH = 4096
 
 @dataclass(frozen=True)
 class DraftPass:
-    """Per request, whether the draft's argmax matched each answer token; and the pass's cost."""
+    """Per request and answer position, what the draft predicted there; and the pass's cost.
+
+    Attributes:
+        matches: Whether the draft's argmax equals the answer token.
+        seconds: The pass's wall time.
+        tokens: Tokens it processed (prompts and answers).
+        ranks: The answer token's rank in the draft's distribution (0: its argmax; ties go to
+            the lower token id, as argmax's do).
+        pruned: Per kept-vocabulary size, whether the argmax over the kept tokens equals the
+            answer token (never where the answer token is not kept).
+    """
 
     matches: list[list[bool]]
     seconds: float
     tokens: int
+    ranks: list[list[int]] = field(default_factory=list)
+    pruned: dict[int, list[list[bool]]] = field(default_factory=dict)
 
 
 def load_draft(path: str, dtype: str) -> Any:
@@ -63,15 +81,22 @@ def teacher_forced_matches(
     prompts: Sequence[Sequence[int]],
     answers: Sequence[Sequence[int]],
     *,
+    kept: Mapping[int, Sequence[int]] | None = None,
     tokens_per_batch: int = TOKENS_PER_BATCH,
     show_progress: bool = True,
 ) -> DraftPass:
     """For each request, ``matches[i]``: the draft's argmax before answer token i equals it.
 
     ``matches[0]`` (the prefill's token, never drafted) is whether the draft would have picked
-    the target's first token too; the step model ignores it.
+    the target's first token too; the step model ignores it. ``kept`` maps a pruned
+    vocabulary's size to its token ids; the pass then also says where the argmax over each
+    matched (``pruned``). The answer tokens' ranks come with every pass.
     """
     import torch
+
+    masks = {n: torch.tensor(sorted(ids), dtype=torch.long) for n, ids in (kept or {}).items()}
+    ranks: list[list[int]] = [[] for _ in prompts]
+    pruned: dict[int, list[list[bool]]] = {n: [[] for _ in prompts] for n in masks}
 
     if len(prompts) != len(answers):
         raise ValueError(f"{len(prompts)} prompts but {len(answers)} answers")
@@ -110,8 +135,28 @@ def teacher_forced_matches(
                     raise ValueError(
                         "a request with an empty prompt has no prediction for its first token"
                     )
-                logits = head(hidden[row, first : first + n])
+                logits = head(hidden[row, first : first + n]).float()
                 predicted = logits.argmax(dim=-1).tolist()
                 matches[i] = [p == t for p, t in zip(predicted, answers[i], strict=True)]
+                target = torch.tensor(answers[i], dtype=torch.long)
+                ranks[i] = answer_ranks(logits, target).tolist()
+                for size, ids in masks.items():
+                    best = ids[logits[:, ids].argmax(dim=-1)]
+                    pruned[size][i] = (best == target).tolist()
             bar.update(sum(lengths[i] for i in batch))
-    return DraftPass(matches, time.perf_counter() - started, sum(lengths))
+    seconds = time.perf_counter() - started
+    return DraftPass(matches, seconds, sum(lengths), ranks, pruned)
+
+
+def answer_ranks(logits: Any, target: Any) -> Any:
+    """Each row's rank of its target column: how many tokens argmax would pick before it.
+
+    Higher logits, and equal ones at a lower id (argmax and top-k take the first of a tie).
+    """
+    import torch
+
+    value = logits.gather(1, target[:, None])
+    above = (logits > value).sum(dim=-1)
+    ids = torch.arange(logits.shape[1])[None, :]
+    tied_before = ((logits == value) & (ids < target[:, None])).sum(dim=-1)
+    return above + tied_before

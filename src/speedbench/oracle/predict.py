@@ -18,12 +18,13 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import Field
 
 from speedbench.metrics.views import speed_bench_view, stream_view
+from speedbench.oracle.draft import DraftPass
 from speedbench.oracle.steps import PredictedStream, draft_model_stream, ngram_streams
 from speedbench.records import WITHHELD_TOKEN, RequestRecord, measured
 from speedbench.results import SCHEMA_VERSION, Figure, Result, ViewFigures, finite
@@ -100,6 +101,54 @@ class OracleK(Result):
         return next((b for b in self.break_even if b.batch_size == batch_size), None)
 
 
+def average_al(figures: OracleK | None, category: str | None = None) -> float | None:
+    """SPEED-Bench's Average_AL at one k, or a category's Category_AL (None: not predicted)."""
+    if figures is None:
+        return None
+    views = figures.views if category is None else figures.per_category.get(category, {})
+    view = views.get("speed_bench")
+    return view.al_request_mean if view is not None else None
+
+
+class VocabSource(Result):
+    """What a pruned vocabulary was counted on."""
+
+    corpora: list[str]
+    documents: int
+    tokens: int
+
+
+class VocabFigures(Result):
+    """The draft restricted to its ``size`` most frequent tokens, at every k.
+
+    ``coverage``: the share of the baseline's answer tokens that are kept (the paper's
+    coverage table), overall and per category.
+    """
+
+    size: int
+    kept_sha256: str
+    coverage: Figure
+    coverage_by_category: dict[str, Figure]
+    by_k: list[OracleK]
+
+
+class TreeFigures(Result):
+    """A static tree's acceptance: ``figures.k`` is its depth."""
+
+    shape: str
+    breadths: list[int]
+    tokens_per_step: int
+    figures: OracleK
+
+
+class DraftVariants(Result):
+    """The pruned-vocabulary and tree drafters of one draft-model oracle level."""
+
+    vocab_source: VocabSource | None = None
+    vocabs: list[VocabFigures] = Field(default_factory=list)
+    trees: list[TreeFigures] = Field(default_factory=list)
+
+
 class OracleLevel(Result):
     """One drafter replayed over one baseline level, for every draft length."""
 
@@ -120,6 +169,8 @@ class OracleLevel(Result):
     by_k: list[OracleK]
     # Batch size -> the k of the highest expected speedup there.
     best_k: dict[int, int] = Field(default_factory=dict)
+    # A draft model's pruned vocabularies and trees (speedbench.oracle.variants).
+    variants: DraftVariants | None = None
     # Its shape has not changed since schema 1, whose files therefore read as they are.
     schema_version: int = SCHEMA_VERSION
 
@@ -174,6 +225,8 @@ class Prediction:
     left_out: dict[str, int]
     seconds: float
     tokens: int
+    # A draft model's teacher-forced pass (its ranks and pruned matches feed the variants).
+    draft_pass: DraftPass | None = None
 
 
 def usable(records: Sequence[RequestRecord]) -> tuple[list[RequestRecord], dict[str, int]]:
@@ -200,27 +253,31 @@ def predict(
     draft: Any = None,
     ngram: tuple[int, int] = (NGRAM_MIN, NGRAM_MAX),
     max_model_len: int | None = None,
+    kept: Mapping[int, Sequence[int]] | None = None,
     show_progress: bool = True,
 ) -> Prediction:
     """Every usable request's predicted stream at each k in ``ks``.
 
     ``draft`` is the loaded draft model (:func:`speedbench.oracle.draft.load_draft`) for the
-    ``draft_model`` drafter; ``ngram`` the (min, max) n-gram sizes of prompt lookup.
+    ``draft_model`` drafter; ``ngram`` the (min, max) n-gram sizes of prompt lookup; ``kept``
+    the pruned vocabularies (size -> token ids) the draft's pass also reads.
     """
-    kept, left = usable(records)
-    if not kept:
+    usable_requests, left = usable(records)
+    if not usable_requests:
         reasons = ", ".join(f"{n} {why}" for why, n in left.items()) or "no records"
         raise ValueError(f"the baseline has no request the oracle can replay ({reasons})")
     started = time.perf_counter()
-    prompts = [r.prompt_token_ids or [] for r in kept]
-    answers = [r.output_token_ids for r in kept]
+    prompts = [r.prompt_token_ids or [] for r in usable_requests]
+    answers = [r.output_token_ids for r in usable_requests]
     streams: dict[int, list[PredictedStream]] = {k: [] for k in ks}
+    passed = None
     if drafter == "draft_model":
         if draft is None:
             raise ValueError("the draft_model oracle needs the draft model")
         from speedbench.oracle.draft import teacher_forced_matches
 
-        passed = teacher_forced_matches(draft, prompts, answers, show_progress=show_progress)
+        passed = teacher_forced_matches(draft, prompts, answers, kept=kept,
+                                        show_progress=show_progress)  # fmt: skip
         for k in ks:
             streams[k] = [draft_model_stream(m, k) for m in passed.matches]
     elif drafter == "ngram":
@@ -230,7 +287,8 @@ def predict(
     else:
         raise ValueError(f"unknown oracle drafter {drafter!r}; expected one of {ORACLE_DRAFTERS}")
     tokens = sum(len(p) + len(a) for p, a in zip(prompts, answers, strict=True))
-    return Prediction(kept, streams, left, time.perf_counter() - started, tokens)
+    seconds = time.perf_counter() - started
+    return Prediction(usable_requests, streams, left, seconds, tokens, passed)
 
 
 def predicted_records(

@@ -52,6 +52,7 @@ from speedbench.oracle.predict import (
 )
 from speedbench.oracle.recommend import SPEEDUP_MODEL_FILE, SpeedupModel, speedup_model
 from speedbench.oracle.schedule import engine_schedules
+from speedbench.oracle.variants import PrunedVocab, draft_variants, pruned_vocab
 from speedbench.provision.models import resolve_dtype
 from speedbench.records import read_parquet
 from speedbench.results import ConfigFailure, LevelMetrics, SummaryRow, SweepSummary, write_json
@@ -106,16 +107,20 @@ def oracle_level(
     draft_model: str | None = None,
     dtype: str | None = None,
     max_model_len: int | None = None,
+    vocab: PrunedVocab | None = None,
+    trees: Sequence[str] = (),
 ) -> tuple[OracleLevel, Prediction]:
     """One drafter over one baseline level: figures per k, checks, break-even, best k.
 
-    Returns the level and the prediction it was made from (the speedup model replays it).
+    A draft model's level also gets the draft's pruned vocabularies (``vocab``) and static
+    ``trees`` from the same pass (:mod:`speedbench.oracle.variants`). Returns the level and
+    the prediction it was made from (the speedup model replays it).
     """
     eos_id = baseline_eos(records_dir)
     records = read_parquet(records_dir / "records.parquet")
-    prediction = predict(
-        records, drafter, ks, draft=draft, ngram=(NGRAM_MIN, NGRAM_MAX), max_model_len=max_model_len
-    )
+    kept = vocab.kept if vocab is not None and drafter == "draft_model" else None
+    prediction = predict(records, drafter, ks, draft=draft, ngram=(NGRAM_MIN, NGRAM_MAX),
+                         max_model_len=max_model_len, kept=kept)  # fmt: skip
     costs = draft_cost_ratios(summary)
     sizes = sorted({r.batch_size for r in summary.levels if r.split == split and not r.open_loop})
     by_k: list[OracleK] = []
@@ -139,7 +144,12 @@ def oracle_level(
     )
     level = level.model_copy(update={"split": split, "batch_size": batch_size})
     best = {bs: best_at for bs in sizes if (best_at := best_k(by_k, bs)) is not None}
-    return level.model_copy(update={"best_k": best}), prediction
+    variants = None
+    if prediction.draft_pass is not None and (kept or trees):
+        source = vocab.source if vocab is not None else None
+        variants = draft_variants(prediction, prediction.draft_pass, ks, kept or {}, source,
+                                  trees, eos_id)  # fmt: skip
+    return level.model_copy(update={"best_k": best, "variants": variants}), prediction
 
 
 def with_oracle(
@@ -160,10 +170,13 @@ def with_oracle(
     failures = list(summary.failures)
     dtype = resolve_dtype(engine.dtype)
     draft = None
+    vocab = None
     if "draft_model" in config.oracle and draft_weights:
         from speedbench.oracle.draft import load_draft
 
         draft = load_draft(draft_weights, dtype)
+        if config.oracle_draft_vocab:
+            vocab = pruned_vocab(draft_weights, config.oracle_draft_vocab)
     levels: list[OracleLevel] = []
     predictions: list[tuple[OracleLevel, Prediction]] = []
     for row, records_dir in baselines:
@@ -182,6 +195,8 @@ def with_oracle(
                     draft_model=config.draft_model,
                     dtype=dtype,
                     max_model_len=engine.max_model_len,
+                    vocab=vocab,
+                    trees=config.oracle_trees,
                 )
             except ValueError as exc:
                 # A baseline measured before records kept their prompt ids, for one.

@@ -88,6 +88,28 @@ def draft_model_stream(matches: Sequence[bool], k: int) -> PredictedStream:
     return _walk(n, accepted_at)
 
 
+def tree_stream(ranks: Sequence[int], breadths: Sequence[int]) -> PredictedStream:
+    """The stream of a static draft tree: at depth d every node keeps its top ``breadths[d]``.
+
+    A full tree of the draft's top-b children contains the path of the answer's tokens to
+    depth d exactly when each of them ranked below that depth's breadth in the draft's
+    distribution along the answer (``ranks``, teacher-forced: on the accepted path the draft's
+    context *is* the answer). The target's greedy verification accepts that path, the longest
+    in the tree, then adds its own token. A chain of k is the tree ``[1] * k``.
+    """
+    if not breadths or min(breadths) < 1:
+        raise ValueError(f"a tree needs a breadth of at least 1 at every depth, got {breadths}")
+    n = len(ranks)
+
+    def accepted_at(p: int) -> tuple[int, bool]:
+        run = 0
+        while run < len(breadths) and p + run < n and ranks[p + run] < breadths[run]:
+            run += 1
+        return run, True
+
+    return _walk(n, accepted_at)
+
+
 def ngram_proposal(
     context: Sequence[int] | np.ndarray,
     min_n: int,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from speedbench.config import METHODS_NEEDING_DRAFT_MODEL, ConfigError, load_config
-from speedbench.oracle.predict import OracleK, OracleLevel
+from speedbench.oracle.predict import OracleK, OracleLevel, average_al
 from speedbench.oracle.recommend import SpeedupModel
 from speedbench.results import SCHEMA_VERSION, SummaryRow, SweepSummary, view_summaries
 from speedbench.sweep_config import SweepConfig
@@ -135,9 +135,44 @@ def oracle_metrics(levels: list[OracleLevel]) -> dict[str, Any]:
                 "speedup": expected,
                 "questions": level.questions,
                 "seconds": level.seconds,
+                **variant_metrics(level),
             }
         )
     return out
+
+
+def variant_metrics(level: OracleLevel) -> dict[str, Any]:
+    """A draft level's pruned vocabularies and trees (empty without them).
+
+    Per kept-vocabulary size: its coverage of the answer tokens, and per k the Average_AL with
+    its loss against the full vocabulary's, overall and per category (with the category's
+    coverage); per tree: Average_AL and the tokens verified per step.
+    """
+    variants = level.variants
+    if variants is None:
+        return {}
+
+    def al_and_loss(pruned: float | None, full: float | None) -> dict[str, float | None]:
+        return {"al": pruned, "loss": pruned / full - 1 if pruned and full else None}
+
+    vocab: dict[str, Any] = {}
+    for v in variants.vocabs:
+        entry: dict[str, Any] = {"coverage": v.coverage, "kept_sha256": v.kept_sha256}
+        for f in v.by_k:
+            full = level.at(f.k)
+            at_k = al_and_loss(average_al(f), average_al(full) if full else None)
+            by_category = {}
+            for c in sorted(f.per_category):
+                whole = average_al(full, c) if full else None
+                by_category[c] = {**al_and_loss(average_al(f, c), whole),
+                                  "coverage": v.coverage_by_category.get(c)}  # fmt: skip
+            entry[f"k{f.k}"] = {**at_k, "by_category": by_category}
+        vocab[str(v.size)] = entry
+    trees = {
+        t.shape: {"al": average_al(t.figures), "tokens_per_step": t.tokens_per_step}
+        for t in variants.trees
+    }
+    return {k: v for k, v in (("draft_vocab", vocab), ("trees", trees)) if v}
 
 
 def speedup_metrics(model: SpeedupModel | None) -> dict[str, Any]:

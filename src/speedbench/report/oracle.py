@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from speedbench.oracle.predict import OracleLevel
+from speedbench.oracle.predict import OracleLevel, average_al
 from speedbench.oracle.recommend import SpeedupModel
 
 ORACLE_NOTE = (
@@ -92,6 +92,91 @@ CHECK_NOTE = (
 )
 
 
+# SPEED-Bench's figures (arXiv 2604.09557; ../shared/ARCHITECTURE.md): share of output tokens
+# inside the top-N vocabulary, overall (multilingual), and AL at depth 3 by tree top-k.
+PAPER_COVERAGE = {16384: (0.897, 0.721), 32768: (0.947, 0.769), 65536: (0.983, 0.822)}
+PAPER_TREE_DEPTH3 = {2: 2.55, 4: 2.82, 8: 3.04}
+VARIANTS_NOTE = (
+    "From the same teacher-forced draft pass, exact under greedy decoding "
+    "(speedbench.oracle.variants): a pruned draft proposes its argmax over the N most frequent "
+    "tokens of the throughput corpora (never the answers measured); a static tree keeps the "
+    "draft's top-b children of every node, and holds the answer's path where each token ranked "
+    "below its depth's breadth. Average_AL and Category_AL: speed_bench view. loss: pruned AL "
+    "over the full vocabulary's at the same k, minus 1. coverage: share of the baseline's "
+    "answer tokens kept. AL per verified token: AL over the tokens the target processes per "
+    "step (the tree and the step's own token). SPEED-Bench (GPT-OSS 120B EAGLE3 drafters, 32k): "
+    "AL -5.5 % on "
+    "average, about -10 % on summarization, RAG and multilingual; coverage 16k 89.7 % "
+    "(multilingual 72.1 %), 32k 94.7 % (76.9 %). Its trees are SGLang's EAGLE top-k trees "
+    "capped by num_draft_tokens, not full trees: compare the trend, and AL per verified token."
+)
+
+
+def _loss(pruned: float | None, full: float | None) -> str:
+    return "-" if pruned is None or not full else f"{(pruned / full - 1) * 100:+.1f} %"
+
+
+def render_variants(level: OracleLevel) -> list[str]:
+    """A draft-model level's pruned vocabularies and trees (empty without them)."""
+    variants = level.variants
+    if variants is None or not (variants.vocabs or variants.trees):
+        return []
+    out = ["", f"### Pruned draft vocabulary and draft trees: {level.split}", "", VARIANTS_NOTE]
+    if variants.vocabs:
+        src = variants.vocab_source
+        if src is not None:
+            out += ["", f"Kept tokens counted over {src.tokens:,} tokens of {src.documents:,} "
+                    f"documents ({', '.join(src.corpora)})."]  # fmt: skip
+        ks = [f.k for f in level.by_k]
+        out += ["", "| vocabulary | coverage | SPEED-Bench's coverage | "
+                + " | ".join(f"Average_AL k={k} (loss)" for k in ks) + " |",
+                "|---|---|---|" + "---|" * len(ks)]  # fmt: skip
+        full = [_fmt(average_al(f)) for f in level.by_k]
+        out.append("| full | 100 % | - | " + " | ".join(full) + " |")
+        for v in variants.vocabs:
+            paper = PAPER_COVERAGE.get(v.size)
+            cells = [
+                f"{_fmt(average_al(f))} ({_loss(average_al(f), average_al(level.at(f.k)))})"
+                for f in v.by_k
+            ]
+            theirs = _fmt(paper[0], ".1%") if paper else "-"
+            row = f"| {v.size:,} | {_fmt(v.coverage, '.1%')} | {theirs} | "
+            out.append(row + " | ".join(cells) + " |")
+        k = 3 if 3 in ks else ks[-1]
+        cats = sorted(level.by_k[0].per_category)
+        smallest = variants.vocabs[0]
+        at = smallest.by_k[ks.index(k)]
+
+        def loss_of(c: str) -> float:
+            pruned, whole = average_al(at, c), average_al(level.at(k), c)
+            return pruned / whole - 1 if pruned is not None and whole else 0.0
+
+        out += ["", f"Per category at k={k}, most loss first (at {smallest.size:,} tokens):", "",
+                "| category | full AL | "
+                + " | ".join(f"{v.size:,}: AL (loss), coverage" for v in variants.vocabs) + " |",
+                "|---|---|" + "---|" * len(variants.vocabs)]  # fmt: skip
+        for c in sorted(cats, key=loss_of):
+            cells = []
+            for v in variants.vocabs:
+                f = v.by_k[ks.index(k)]
+                pruned, whole = average_al(f, c), average_al(level.at(k), c)
+                cells.append(f"{_fmt(pruned)} ({_loss(pruned, whole)}), "
+                             f"{_fmt(v.coverage_by_category.get(c), '.1%')}")  # fmt: skip
+            out.append(f"| {c} | {_fmt(average_al(level.at(k), c))} | " + " | ".join(cells) + " |")
+    if variants.trees:
+        out += ["", "| tree (breadth per depth) | depth | tokens verified per step | "
+                "Average_AL | AL per verified token | SPEED-Bench depth 3 |",
+                "|---|---|---|---|---|---|"]  # fmt: skip
+        for t in variants.trees:
+            al = average_al(t.figures)
+            per_token = al / (t.tokens_per_step + 1) if al is not None else None
+            same = len(set(t.breadths)) == 1 and len(t.breadths) == 3
+            depth3 = PAPER_TREE_DEPTH3.get(t.breadths[0]) if same else None
+            out.append(f"| {t.shape} | {len(t.breadths)} | {t.tokens_per_step} | {_fmt(al)} | "
+                       f"{_fmt(per_token, '.3f')} | {_fmt(depth3)} |")  # fmt: skip
+    return out
+
+
 def render_oracle(levels: Sequence[OracleLevel]) -> list[str]:
     """The report's oracle section (empty without oracle levels)."""
     if not levels:
@@ -103,7 +188,7 @@ def render_oracle(levels: Sequence[OracleLevel]) -> list[str]:
             f"### {level.drafter}: {level.split} bs{level.batch_size} baseline, "
             f"{level.questions} questions ({cost})"
         )
-        out += ["", title, "", *al_by_k_table(level)]
+        out += ["", title, "", *al_by_k_table(level), *render_variants(level)]
     if table := check_table(levels):
         out += ["", "### Measured against predicted", "", *table, "", CHECK_NOTE]
     return out

@@ -14,6 +14,7 @@ from typing import Any
 from speedbench.config import ConfigError
 from speedbench.hostcheck.cpu import format_kernel_caps
 from speedbench.oracle.run import read_oracle, read_speedup_model
+from speedbench.report.findings import FINDINGS_NOTE, findings_table
 from speedbench.report.oracle import render_oracle, render_speedup
 from speedbench.results import SummaryRow, SweepSummary
 
@@ -477,6 +478,8 @@ def render(results: Path, mlflow_uri: str | None = None) -> str:
         if len(sweeps) > 1:
             out += ["", f"# {name}"]
         out += sweep_sections(name, folder, summary)
+    if findings := findings_table(list(sweeps.values())):
+        out += ["", "## SPEED-Bench's findings on this host", "", FINDINGS_NOTE, "", *findings]
     flagged = [
         f"- {name}: {r.config} {r.split} {r.load}: {r.host_warning}"
         for name, summary in summaries.items()

@@ -43,6 +43,7 @@ def swept(harness, tiny_pair, tmp_path_factory):
         dtype="float32",
         oracle=["draft_model", "ngram"],
         oracle_max_k=4,
+        oracle_trees=["2x2"],
         measure_best_k=True,
         port=free_port(),
         tracking_uri=uri,
@@ -185,7 +186,8 @@ def test_the_cli_runs_the_same_sweep_to_the_same_summary(swept, tmp_path, capsys
     tracking = {"tracking_uri", "experiment"}  # `speedbench sweep` tracks nothing
     fields = {name: value for name, value in config.flat().items() if name not in tracking}
     fields |= {"out_dir": str(tmp_path / "cli"), "port": free_port()}
-    fields |= {"methods": ["draft_model"], "baseline": False, "oracle": [], "measure_best_k": False}
+    fields |= {"methods": ["draft_model"], "baseline": False, "measure_best_k": False}
+    fields |= {"oracle": [], "oracle_trees": []}  # no baseline: no oracle
     path = tmp_path / "sweep.yaml"
     path.write_text(yaml.safe_dump(fields))
     assert main(["sweep", "--config", str(path)]) == 0, capsys.readouterr().err
@@ -247,6 +249,12 @@ def test_the_oracle_predicts_every_k_and_the_measured_levels_exactly(swept):
         assert all(c.predicted_al == c.measured_al for c in checks)
         assert all(not f.checks for f in level.by_k if f.k != K)
         assert not levels[("ngram", bs)].at(K).checks  # no ngram level was measured
+        # Draft == target: every answer token is the draft's argmax, so a 2x2 tree accepts what
+        # a chain of 2 does, verifying 6 tokens a step instead of 2.
+        (tree,) = level.variants.trees
+        assert tree.shape == "2x2" and tree.tokens_per_step == 6 and tree.figures.k == 2
+        assert tree.figures.views["stream"] == level.at(2).views["stream"]
+        assert levels[("ngram", bs)].variants is None
     parent = client.get_run(summary.parent_run_id)
     assert parent.data.metrics[f"oracle.draft_model.mtbench.bs1.k{K}.al_stream"] == tokens / 6
     key = f"oracle.draft_model.mtbench.bs2.k{K}.identical_fraction.draft_model-k{K}.bs2"

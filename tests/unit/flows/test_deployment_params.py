@@ -50,6 +50,8 @@ def test_the_default_form_and_every_dispatched_form_pass_it():
         "oracle": [],
         "oracle_per_category": None,
         "oracle_batch_size": None,
+        "oracle_draft_vocab": [],
+        "oracle_trees": [],
         "measure_best_k": False,
     }
     forms = per_config_forms(EMBEDDED_SWEEP.with_fields(**no_oracle))

@@ -78,3 +78,12 @@ def test_the_oracle_baseline_counts_in_the_prompts_loaded():
     form = SweepConfig(per_category=1, oracle=["ngram"], oracle_per_category=10,
                        methods=["none", "ngram"], draft_lengths=[3])  # fmt: skip
     assert form.selected_per_category == 10
+
+
+def test_the_draft_variants_are_refused_for_prompt_lookup_and_bad_shapes(tmp_path, capsys):
+    base = level(tmp_path / "none", {q: [1] * 6 for q in ANSWERS}, ANSWERS)
+    argv = ["oracle", "--baseline", str(base)]
+    assert main([*argv, "--drafter", "ngram", "--trees", "2x2"]) == 2
+    assert "--draft-vocab and --trees are a draft model's" in capsys.readouterr().err
+    assert main([*argv, "--drafter", "draft_model", "--draft", "d", "--trees", "2x"]) == 2
+    assert "--trees: a tree is breadths per depth like 2x2x2, got '2x'" in capsys.readouterr().err

@@ -7,7 +7,12 @@ and of the host as a whole (``/proc/stat``) and reports:
 
 - the CPU time used by processes that are not this measurement's (the client and its workers,
   the engine's process group or container), as a fraction of the machine over the level;
-  kernel threads are counted apart (they mostly do the measurement's own I/O);
+  kernel threads are counted apart (they mostly do the measurement's own I/O). A process that
+  starts and ends within the level (a test run, a type checker) is in neither snapshot: its
+  time is in its parent's reaped-children time (``cutime``, ``cstime``; init's for a detached
+  one), or, not yet waited for, in what the host's processes used in all (``/proc/stat`` user,
+  nice and system) beyond everything named; both count as others' ("processes that ended
+  during the level"), except the measurement's own ended workers;
 - the processes that used the most of it, by name, and any other inference engine running;
 - the 1-minute load average at the end.
 
@@ -32,6 +37,10 @@ PROC = Path("/proc")
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # Others may use this fraction of the machine (all its cores) before a level is flagged.
 DEFAULT_THRESHOLD = 0.10
+# Host-wide process time left unnamed below this share of the machine is accounting noise
+# (tick rounding across hundreds of processes), not a process that came and went.
+ENDED_MIN_SHARE = 0.02
+ENDED = "processes that ended during the level"
 # How an engine's server process shows in its command line: the server module or executable,
 # or vLLM's renamed engine-core process. Not a bare "vllm": a test run of test_vllm_*.py is not one.
 ENGINE_MARKERS = (
@@ -54,6 +63,8 @@ class ProcSample:
     cpu_s: float
     ppid: int
     pgid: int
+    # CPU seconds of its children that ended and were waited for (cutime + cstime).
+    children_cpu_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,8 @@ class HostSnapshot:
     at: float
     procs: dict[int, ProcSample]
     busy_s: float
+    # What processes used, host-wide: user, nice and system time (no irq, softirq or steal).
+    process_s: float = 0.0
 
 
 def _read_proc(pid: int) -> ProcSample | None:
@@ -74,9 +87,11 @@ def _read_proc(pid: int) -> ProcSample | None:
     head, _, rest = stat.rpartition(")")
     name = head.partition("(")[2]
     fields = rest.split()
-    # fields[0] is state; ppid, pgrp at 1, 2; utime, stime at 11, 12 (stat fields 14, 15).
+    # fields[0] is state; ppid, pgrp at 1, 2; utime, stime at 11, 12 (stat fields 14, 15);
+    # cutime, cstime at 13, 14.
     cpu = (int(fields[11]) + int(fields[12])) / TICKS
-    return ProcSample(pid, name, cpu, int(fields[1]), int(fields[2]))
+    children = (int(fields[13]) + int(fields[14])) / TICKS
+    return ProcSample(pid, name, cpu, int(fields[1]), int(fields[2]), children)
 
 
 def snapshot() -> HostSnapshot:
@@ -85,15 +100,16 @@ def snapshot() -> HostSnapshot:
     for entry in PROC.iterdir():
         if entry.name.isdigit() and (sample := _read_proc(int(entry.name))) is not None:
             procs[sample.pid] = sample
-    busy = 0.0
+    busy = process = 0.0
     try:
         cpu = (PROC / "stat").read_text().splitlines()[0].split()[1:]
         values = [int(v) for v in cpu]
         idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
         busy = (sum(values[:8]) - idle) / TICKS  # guest time is already in user
+        process = sum(values[:3]) / TICKS  # user, nice, system
     except (OSError, IndexError, ValueError):
         pass
-    return HostSnapshot(time.monotonic(), procs, busy)
+    return HostSnapshot(time.monotonic(), procs, busy, process)
 
 
 def is_kernel_thread(sample: ProcSample) -> bool:
@@ -185,7 +201,10 @@ class Contention:
         """One line naming what competed for the CPUs (None when the level was quiet)."""
         if not self.flagged:
             return None
-        names = ", ".join(f"{n} (pid {pid}, {cpu:.1f} s)" for n, pid, cpu in self.competitors[:5])
+        names = ", ".join(
+            f"{n} ({f'pid {pid}, ' if pid else ''}{cpu:.1f} s)"
+            for n, pid, cpu in self.competitors[:5]
+        )
         line = (
             f"host contention: other processes used {self.others_fraction:.0%} of the "
             f"{self.cores} cores during the level (threshold {self.threshold:.0%})"
@@ -230,28 +249,44 @@ def compare(
     and the machine is those cores.
     """
     others: dict[int, tuple[str, float]] = {}
-    ours_s = kernel_s = 0.0
+    ours_s = kernel_s = named_s = ended_s = 0.0
     for pid, now in after.procs.items():
         then = before.procs.get(pid)
-        used = now.cpu_s - (then.cpu_s if then is not None and then.name == now.name else 0.0)
-        if used <= 0:
-            continue
+        same = then is not None and then.name == now.name
+        used = max(now.cpu_s - (then.cpu_s if then is not None and same else 0.0), 0.0)
+        # Children that ended and were waited for: ours (client workers) count as ours;
+        # another process's, init's reaping of detached ones included, as others'.
+        reaped = now.children_cpu_s - (then.children_cpu_s if then is not None and same else 0.0)
+        reaped = max(reaped, 0.0)
+        named_s += used + reaped
         if is_kernel_thread(now):
             # Kernel workers mostly do this measurement's own I/O (ext4, network): not others'.
             kernel_s += used
         elif ours(pid):
-            ours_s += used
+            ours_s += used + reaped
         elif shares_cores(pid, cores):
-            others[pid] = (now.name, used)
+            if used > 0:
+                others[pid] = (now.name, used)
+            ended_s += reaped
     competitors = sorted(
         ((name, pid, cpu) for pid, (name, cpu) in others.items()), key=lambda c: -c[2]
     )
+    wall = after.at - before.at
+    if cores is None and after.process_s > before.process_s:
+        # And what the host's processes used beyond all the time named: processes that ended
+        # and were not waited for within the window.
+        ended_s += max((after.process_s - before.process_s) - named_s, 0.0)
+    if ended_s > ENDED_MIN_SHARE * wall * len(os.sched_getaffinity(0)):
+        # Processes that started and ended between the snapshots (a test run, a compiler, a
+        # type checker): in neither snapshot, they show as their parents' reaped time.
+        competitors.append((ENDED, 0, ended_s))
+        competitors.sort(key=lambda c: -c[2])
     try:
         load = float((PROC / "loadavg").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         load = float("nan")
     return Contention(
-        wall_s=after.at - before.at,
+        wall_s=wall,
         cores=len(cores) if cores else len(os.sched_getaffinity(0)),
         others_cpu_s=sum(cpu for _, _, cpu in competitors),
         ours_cpu_s=ours_s,

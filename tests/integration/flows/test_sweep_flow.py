@@ -277,7 +277,12 @@ def test_the_speedup_model_predicts_each_measured_level_without_its_timings(swep
     # The target from the two no-SD levels the oracle replays, the draft's passes
     # from the draft-model SD levels.
     assert model.target.sources == ["none/mtbench/bs1", "none/mtbench/bs2"]
-    assert model.target.iterations > 20 and model.target.per_token_s > 0
+    # The tiny model's per-token cost is within the noise of two workers sharing the host, so
+    # the fit may hold it at 0 (its values are checked exactly in the unit tests); a step
+    # still costs something and no cost is negative.
+    target = model.target
+    assert target.iterations > 20 and target.fixed_s + target.per_sequence_s > 0
+    assert min(target.fixed_s, target.per_sequence_s, target.per_token_s) >= 0
     # vLLM-CPU's tokens per iteration (its default), by which prompts are read and replayed;
     # no prompt-lookup level was measured, so its search is not priced.
     assert model.token_budget == 2048 and model.ngram_search is None

@@ -89,9 +89,9 @@ def hog(tmp_path):
     kill_and_wait({pid})
 
 
-def level(engine, tmp_path, **settings):
+def level(engine, tmp_path, items=ITEMS, **settings):
     load = LoadSettings(batch_size=1, max_tokens=48, show_progress=False, split="s", **settings)
-    return measure_level(engine, ITEMS, load, None, tmp_path / "level")
+    return measure_level(engine, items, load, None, tmp_path / "level")
 
 
 def test_a_quiet_level_is_not_flagged(engine, tmp_path):
@@ -112,6 +112,28 @@ def test_a_cpu_hog_during_the_level_is_flagged_by_name(engine, tmp_path, hog):
     assert (top.name, top.pid) == ("cpu-hog", hog)
     assert f"cpu-hog (pid {hog}" in host.warning
     assert (tmp_path / "level" / "records.parquet").exists()  # flagged, still measured
+
+
+def test_a_process_that_starts_and_ends_within_the_level_is_counted(engine, tmp_path):
+    # A type checker or a test run started mid-level and finished before its end is in neither
+    # snapshot: the host's process time beyond everything named is counted as its.
+    kill_and_wait(hog_pids())
+    exe = tmp_path / "cpu-hog"
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    exe.symlink_to(sys.executable)
+    loop = "import time\nend = time.time() + 2.0\nwhile time.time() < end:\n    pass\n"
+    # Detached (not ours), it starts 0.3 s into the level and busies a core for 2 s.
+    subprocess.run(["setsid", "-f", "sh", "-c", f"sleep 0.3; exec {exe} -c '{loop}'"], check=True)
+    # Six requests, 4 to 6 s: the hog's 0.3 s wait, its interpreter's start and its 2 s loop
+    # end well inside the level; its 2 s are a sixth of the machine, over the 10 % threshold.
+    items = [WorkItem(f"p{i}", "qa", prompt_ids=(100 + i, 200)) for i in range(6)]
+    result = level(engine, tmp_path, items=items)
+    host = result.metrics.host
+    assert host.wall_s > 3.0
+    assert not hog_pids()  # it ended before the level did
+    ended = [c for c in host.competitors if c.name == "processes that ended during the level"]
+    assert ended and 1.6 < ended[0].cpu_s < 2.6
+    assert host.flagged and "processes that ended during the level (" in host.warning
 
 
 def test_strict_host_refuses_to_measure_next_to_a_hog(engine, tmp_path, hog):

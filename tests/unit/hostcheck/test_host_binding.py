@@ -179,3 +179,25 @@ def test_the_report_names_a_kernel_cap_beside_the_cpu():
         "1 cores, kernels avx2 (ONEDNN_MAX_CPU_ISA=AVX), AVX-512 no, bf16 emulated, AMX no, "
         "dtype float32"
     )
+
+
+def test_processes_that_end_within_the_level_count_as_others(monkeypatch):
+    monkeypatch.setattr(contention, "other_engines", lambda procs, ours, cores=None: [])
+    monkeypatch.setattr(contention.os, "sched_getaffinity", lambda pid: {0, 1})
+
+    def sample(pid, name, cpu_s, children_s=0.0):
+        return ProcSample(pid, name, cpu_s, ppid=0, pgid=pid, children_cpu_s=children_s)
+
+    before = HostSnapshot(0.0, {1: sample(1, "init", 0.0), 50: sample(50, "client", 0.0)}, 0, 0)
+    after = HostSnapshot(
+        10.0, {1: sample(1, "init", 0.1, 3.0), 50: sample(50, "client", 2.0, 1.5)}, 0.0, 8.0
+    )
+    host = contention.compare(before, after, lambda pid: pid == 50)
+    # Ours: the client's 2.0 s and its ended workers' 1.5 s. Others: init's own 0.1 s, the
+    # 3.0 s of a detached process it reaped, and 8.0 - (0.1 + 3.0 + 2.0 + 1.5) = 1.4 s of
+    # host process time nobody has waited for yet.
+    assert host.ours_cpu_s == pytest.approx(3.5)
+    assert host.competitors[0] == (contention.ENDED, 0, pytest.approx(4.4))
+    assert host.others_cpu_s == pytest.approx(4.5)
+    assert host.others_fraction == pytest.approx(4.5 / 20) and host.flagged
+    assert "processes that ended during the level (4.4 s)" in host.warning()

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from speedbench.config import MODEL_FREE_METHODS
 from speedbench.metrics.pareto import LoadPoint, pareto_front, speedup
+from speedbench.metrics.views import ViewName
 
 # The shape of every results file speedbench writes (a level's metrics.json, a sweep's
 # summary.json, a stage's acceptance.json / throughput.json / oracle.json / provenance.json).
@@ -107,9 +108,6 @@ class CounterDelta(Result):
     accepted_per_pos: list[float]
 
 
-VIEW_NAMES = ("speed_bench", "stream", "engine", "counters", "server")
-
-
 class ViewFigures(Result):
     """One named acceptance view (:mod:`speedbench.metrics.views`) of a set of requests.
 
@@ -117,7 +115,7 @@ class ViewFigures(Result):
     ``avg_spec_accept_length``): one figure, ``al_token_weighted``, and nothing per request.
     """
 
-    view: Literal["speed_bench", "stream", "engine", "counters", "server"]
+    view: ViewName
     k: int
     units: Literal["questions", "requests", "none"]
     count: int
@@ -288,7 +286,7 @@ class ViewSummary(Result):
 
     ``SummaryRow.views``, the stage's ``acceptance.json`` (without the intervals), the MLflow
     scalars, the report and verify-reference all read this type, keyed by view name
-    (:data:`VIEW_NAMES`). A figure the view does not define is None.
+    (:data:`speedbench.metrics.views.VIEWS`). A figure the view does not define is None.
     """
 
     al_request_mean: Figure = None

@@ -45,6 +45,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -52,7 +53,10 @@ from speedbench.metrics.acceptance import SpecCounters, acceptance_from_counters
 from speedbench.metrics.bootstrap import Interval, mean_ci, ratio_ci
 from speedbench.records import RequestRecord
 
-VIEWS = ("speed_bench", "stream", "engine", "counters", "server")
+# The acceptance views by name, in the order every report lists them; results.py types its
+# figures with the same Literal, so a new view is named here once.
+ViewName = Literal["speed_bench", "stream", "engine", "counters", "server"]
+VIEWS: tuple[ViewName, ...] = get_args(ViewName)
 NAN = float("nan")
 
 

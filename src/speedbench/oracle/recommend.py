@@ -23,7 +23,7 @@ After the oracle has replayed a baseline under a drafter (:mod:`speedbench.oracl
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -74,8 +74,9 @@ class StepCostFigures(Result):
     fixed_s: float
     per_sequence_s: float
     per_token_s: float
-    # Older models had no square term (0).
+    # Older models had no square terms (0).
     per_token_sq_s: float = 0.0
+    per_verifying_sq_s: float = 0.0
     iterations: int
     outliers: int
     r2: Figure
@@ -241,108 +242,157 @@ def _ok(folder: Path) -> list[RequestRecord]:
 DraftLevel = tuple[str, Path, int]
 
 
-def fit_draft_pass(
-    levels: Sequence[DraftLevel],
-    target: StepCosts,
-    alone: StepCosts | None,
-    token_budget: int | None = None,
-) -> StepCosts:
-    """What one draft pass costs inside an SD iteration, fitted on draft-model SD levels.
-
-    Each iteration's time less the target's verify pass (from ``target``) is ``k`` passes:
-    the first over the verified tokens, ``k - 1`` over one token per request
-    (:func:`speedbench.oracle.speedup.iteration_seconds`). ``alone`` (the draft served alone)
-    prices the tokens where known; the fixed and per-sequence costs are fitted, the
-    per-sequence one only where the levels ran more than one batch size.
-
-    Raises:
-        ValueError: No level, or fewer iterations than coefficients.
-    """
-    rows = []
-    for _, folder, k in levels:
-        rows += [(it, k) for it in engine_iterations(_ok(folder), k, token_budget)]
-    if not rows:
-        raise ValueError("no draft-model SD level to learn the drafter's pass costs from")
-    spread = len({it.sequences for it, _ in rows}) > 1
-    x, y, total = [], [], []
-    for it, k in rows:
-        passes_tokens = it.tokens + (k - 1) * it.sequences
-        passes_squares = it.tokens**2 + (k - 1) * it.sequences**2
-        rest = it.seconds - target.seconds(it.sequences, it.tokens)
-        row = [float(k)] + ([k * float(it.sequences)] if spread else [])
-        if alone is not None:
-            rest -= alone.per_token_s * passes_tokens + alone.per_token_sq_s * passes_squares
-        else:
-            row += [float(passes_tokens), passes_squares / SQ_SCALE]
-        x.append(row)
-        y.append(rest)
-        total.append(it.seconds)
-    if len(y) < len(x[0]):
-        raise ValueError(f"{len(y)} SD iterations; the draft-pass fit needs {len(x[0])}")
-    coef, keep, r2 = robust_lstsq(np.array(x), np.array(y), np.array(total))
-    kept = int(keep.sum())
-    return StepCosts(
-        fixed_s=float(coef[0]),
-        per_sequence_s=float(coef[1]) if spread else 0.0,
-        per_token_s=alone.per_token_s if alone is not None else float(coef[-2]),
-        per_token_sq_s=alone.per_token_sq_s if alone is not None else float(coef[-1]) / SQ_SCALE,
-        iterations=kept,
-        outliers=len(y) - kept,
-        r2=r2,
-        sources=tuple(label for label, _, _ in levels),
-    )
+# A drafter's SD iterations as rows of the joint fit: its own columns, the time to explain,
+# the iteration's whole time (the scale of its error) and the requests it verified.
+_Row = tuple[list[float], float, float, int]
+# The shared column in hundreds of verifying requests squared, so its scale is like the rest.
+VERIFYING_SQ_SCALE = 100.0
 
 
-def fit_proposer(
-    levels: Sequence[DraftLevel], target: StepCosts, token_budget: int | None = None
-) -> StepCosts:
-    """What prompt lookup's n-gram search costs an SD iteration, fitted on its SD levels.
-
-    Each iteration's time less the target's verify pass (the drafted tokens read from the
-    engine's per-request counts, :func:`~speedbench.oracle.steptime.step_drafts`) is one
-    search: a fixed cost and one per sequence (the latter where the levels ran more than one
-    batch size). vLLM runs the search on the CPU after every step; at 16 streams on a 2-core
-    host it cost more than a tenth of the step.
-
-    Raises:
-        ValueError: No level, or fewer iterations than coefficients.
-    """
-    rows = []
-    for _, folder, k in levels:
-        rows += [it for it in engine_iterations(_ok(folder), k, token_budget) if it.decoding]
-    if not rows:
-        raise ValueError("no prompt-lookup SD level to learn the search's cost from")
-    spread = len({it.sequences for it in rows}) > 1
-    x = np.array([[1.0] + ([float(it.sequences)] if spread else []) for it in rows])
-    y = np.array([it.seconds - target.seconds(it.sequences, it.tokens) for it in rows])
-    if len(y) < x.shape[1]:
-        raise ValueError(f"{len(y)} SD iterations; the search's fit needs {x.shape[1]}")
-    coef, keep, r2 = robust_lstsq(x, y, np.array([it.seconds for it in rows]))
-    kept = int(keep.sum())
-    return StepCosts(
-        fixed_s=float(coef[0]),
-        per_sequence_s=float(coef[1]) if spread else 0.0,
-        per_token_s=0.0,
-        iterations=kept,
-        outliers=len(y) - kept,
-        r2=r2,
-        sources=tuple(label for label, _, _ in levels),
-    )
-
-
-def fit_passes(
-    drafter: str,
+def _draft_rows(
     levels: Sequence[DraftLevel],
     target: StepCosts,
     alone: StepCosts | None,
     token_budget: int | None,
-) -> StepCosts | None:
-    """The drafter's pass costs from its measured SD levels (None where it has none)."""
-    if not levels:
-        return None
-    if drafter == "draft_model":
-        return fit_draft_pass(levels, target, alone, token_budget)
-    return fit_proposer(levels, target, token_budget)
+) -> tuple[list[_Row], bool]:
+    """A draft model's iterations less the target's verify pass: ``k`` passes each.
+
+    The first pass runs over the verified tokens, the other ``k - 1`` over one token per
+    request (:func:`speedbench.oracle.speedup.iteration_seconds`). ``alone`` (the draft served
+    alone) prices each pass's sequences and tokens where known, and only a pass's fixed cost
+    is fitted: left free, the per-sequence cost took up what verifying many streams costs
+    (1.38 ms a sequence a pass inside SD against 0.10 alone in the main job at ``bd44de0``),
+    the cost :func:`fit_sd_passes` shares between drafters. Without ``alone`` the
+    per-sequence cost (where the levels ran more than one batch size) and the tokens' are
+    fitted too.
+    """
+    its = [
+        (it, k) for _, folder, k in levels for it in engine_iterations(_ok(folder), k, token_budget)
+    ]
+    spread = len({it.sequences for it, _ in its}) > 1
+    rows = []
+    for it, k in its:
+        passes_tokens = it.tokens + (k - 1) * it.sequences
+        passes_squares = it.tokens**2 + (k - 1) * it.sequences**2
+        rest = it.seconds - target.seconds(it.sequences, it.tokens)
+        cols = [float(k)]
+        if alone is not None:
+            rest -= alone.per_token_s * passes_tokens + alone.per_token_sq_s * passes_squares
+            rest -= alone.per_sequence_s * k * it.sequences
+        else:
+            cols += [k * float(it.sequences)] if spread else []
+            cols += [float(passes_tokens), passes_squares / SQ_SCALE]
+        rows.append((cols, rest, it.seconds, it.decoding))
+    return rows, spread
+
+
+def _search_rows(
+    levels: Sequence[DraftLevel], target: StepCosts, token_budget: int | None
+) -> tuple[list[_Row], bool]:
+    """Prompt lookup's iterations less the target's verify pass: one search each.
+
+    The drafted tokens are read from the engine's per-request counts
+    (:func:`~speedbench.oracle.steptime.step_drafts`); the search is a fixed cost and one per
+    sequence (the latter where the levels ran more than one batch size). vLLM runs it on the
+    CPU after every step.
+    """
+    its = [
+        it
+        for _, folder, k in levels
+        for it in engine_iterations(_ok(folder), k, token_budget)
+        if it.decoding
+    ]
+    spread = len({it.sequences for it in its}) > 1
+    rows = [
+        ([1.0] + ([float(it.sequences)] if spread else []),
+         it.seconds - target.seconds(it.sequences, it.tokens), it.seconds, it.decoding)
+        for it in its
+    ]  # fmt: skip
+    return rows, spread
+
+
+def fit_sd_passes(
+    levels: Mapping[str, Sequence[DraftLevel]],
+    target: StepCosts,
+    alone: StepCosts | None,
+    token_budget: int | None = None,
+) -> dict[str, StepCosts]:
+    """Every drafter's pass costs inside SD iterations, fitted on all their levels at once.
+
+    Each drafter has its own costs (:func:`_draft_rows`, :func:`_search_rows`); one more
+    cost is shared: the square of the requests verifying in the iteration
+    (``per_verifying_sq_s``), fitted where the levels verified at three or more different
+    batch sizes. Sharing it lets one drafter's level at a batch size teach what verifying
+    that many streams costs when another drafter's level there is left out.
+
+    Raises:
+        ValueError: No level, or fewer iterations than coefficients.
+    """
+    blocks = {}
+    for drafter, mine in levels.items():
+        if not mine:
+            continue
+        if drafter == "draft_model":
+            blocks[drafter] = _draft_rows(mine, target, alone, token_budget)
+        else:
+            blocks[drafter] = _search_rows(mine, target, token_budget)
+    if not any(rows for rows, _ in blocks.values()):
+        raise ValueError(f"no SD iteration of {', '.join(levels) or 'any drafter'} to fit on")
+    verifying = {row[3] for rows, _ in blocks.values() for row in rows}
+    shared = len(verifying) >= 3
+    widths = {d: len(rows[0][0]) if rows else 0 for d, (rows, _) in blocks.items()}
+    width = sum(widths.values()) + shared
+    x, y, total, owner = [], [], [], []
+    at = 0
+    for drafter, (rows, _) in blocks.items():
+        for cols, rest, seconds, decoding in rows:
+            line = [0.0] * width
+            line[at : at + widths[drafter]] = cols
+            if shared:
+                line[-1] = decoding**2 / VERIFYING_SQ_SCALE
+            x.append(line)
+            y.append(rest)
+            total.append(seconds)
+            owner.append(drafter)
+        at += widths[drafter]
+    if len(y) < width:
+        raise ValueError(f"{len(y)} SD iterations; the drafters' fit needs {width}")
+    xs, ys = np.array(x), np.array(y)
+    coef, keep, _ = robust_lstsq(xs, ys, np.array(total))
+    sq = float(coef[-1]) / VERIFYING_SQ_SCALE if shared else 0.0
+    fits, at = {}, 0
+    for drafter, (rows, spread) in blocks.items():
+        mine = np.array([o == drafter for o in owner]) & keep
+        own = coef[at : at + widths[drafter]]
+        at += widths[drafter]
+        fitted, kept = xs[mine] @ coef, ys[mine]
+        spread_total = float(np.sum((kept - kept.mean()) ** 2)) if len(kept) else 0.0
+        r2 = (
+            1 - float(np.sum((kept - fitted) ** 2)) / spread_total
+            if spread_total > 0
+            else float("nan")
+        )
+        sources = tuple(label for label, _, _ in levels[drafter])
+        fixed, per_seq, tokens = float(own[0]), 0.0, (0.0, 0.0)
+        if drafter == "draft_model" and alone is not None:
+            per_seq, tokens = alone.per_sequence_s, (alone.per_token_s, alone.per_token_sq_s)
+        elif drafter == "draft_model":
+            per_seq = float(own[1]) if spread else 0.0
+            tokens = (float(own[-2]), float(own[-1]) / SQ_SCALE)
+        elif spread:
+            per_seq = float(own[1])
+        fits[drafter] = StepCosts(
+            fixed_s=fixed,
+            per_sequence_s=per_seq,
+            per_token_s=tokens[0],
+            per_token_sq_s=tokens[1],
+            per_verifying_sq_s=sq,
+            iterations=int(mine.sum()),
+            outliers=len(rows) - int(mine.sum()),
+            r2=r2,
+            sources=sources,
+        )
+    return fits
 
 
 def best_of(speedup: dict[int, float]) -> int:
@@ -481,10 +531,12 @@ def speedup_model(
         if r.is_speculative:
             entry = (f"{r.config}/{r.split}/{r.load}", level_dir(r), r.k)
             sd_levels.setdefault(r.method, []).append((r, entry))
-    passes = {
-        drafter: fit_passes(drafter, [d for _, d in levels], target, alone, token_budget)
-        for drafter, levels in sd_levels.items()
-    }
+    passes: dict[str, StepCosts] = {}
+    if sd_levels:
+        passes = fit_sd_passes(
+            {drafter: [d for _, d in levels] for drafter, levels in sd_levels.items()},
+            target, alone, token_budget,
+        )  # fmt: skip
     draft_pass, search = passes.get("draft_model"), passes.get("ngram")
     model = SpeedupModel(
         target=StepCostFigures.of(target),
@@ -513,9 +565,8 @@ def speedup_model(
             for level, prediction in mine:
                 requests = replay_requests(prediction, records, sorted(prediction.streams))
                 if requests is not None:
-                    _predict_level(model, level, requests, row, closed,
-                                   sd_levels.get(drafter, []), target, passes.get(drafter),
-                                   alone)  # fmt: skip
+                    _predict_level(model, level, requests, row, closed, sd_levels,
+                                   target, passes.get(drafter), alone)  # fmt: skip
                     break
     top = max_batch_size or max((bs for _, bs in baselines), default=1)
     planned: set[tuple[str, str]] = set()
@@ -538,7 +589,7 @@ def _predict_level(
     requests: dict[int, list[ReplayRequest]],
     baseline: SummaryRow,
     closed: Sequence[SummaryRow],
-    sd_levels: Sequence[tuple[SummaryRow, DraftLevel]],
+    sd_levels: Mapping[str, Sequence[tuple[SummaryRow, DraftLevel]]],
     target: StepCosts,
     passes: StepCosts | None,
     alone: StepCosts | None,
@@ -563,20 +614,24 @@ def _left_out(
     row: SummaryRow,
     drafter: str,
     requests: dict[int, list[ReplayRequest]],
-    sd_levels: Sequence[tuple[SummaryRow, DraftLevel]],
+    sd_levels: Mapping[str, Sequence[tuple[SummaryRow, DraftLevel]]],
     target: StepCosts,
     alone: StepCosts | None,
     token_budget: int | None = None,
 ) -> float | None:
     """An SD level's speedup predicted with its own timings left out of every fit.
 
-    The drafter's pass costs are fitted on its *other* SD levels; a draft model with none
-    cannot be priced (None), prompt lookup is then priced without its search.
+    The drafters' pass costs are fitted on every *other* SD level (the shared cost of
+    verifying many streams from other drafters' levels too); a draft model with no other
+    level of its own cannot be priced (None), prompt lookup is then priced without its
+    search.
     """
-    others = [d for r, d in sd_levels if r is not row]
-    if row.k not in requests or (drafter == "draft_model" and not others):
+    others = {d: [level for r, level in levels if r is not row] for d, levels in sd_levels.items()}
+    if row.k not in requests or (drafter == "draft_model" and not others.get(drafter)):
         return None
-    passes = fit_passes(drafter, others, target, alone, token_budget)
+    passes = None
+    if any(others.values()):
+        passes = fit_sd_passes(others, target, alone, token_budget).get(drafter)
     return predicted_speedup(requests[0], requests[row.k], row.batch_size, target, passes,
                              draft_passes(drafter, row.k), token_budget)  # fmt: skip
 

@@ -75,7 +75,9 @@ def iteration_seconds(
     passes (:func:`draft_passes`): a draft model's k, as vLLM's draft-model proposer does,
     the first over the same tokens as the target (the batch padded to ``k + 1`` per request,
     rejected ones included), the other ``k - 1`` over one token per request; prompt lookup's
-    one search over every request (its costs have no per-token part).
+    one search over every request (its costs have no per-token part); and once, the cost of
+    the square of the verifying requests that SD iterations show beyond both
+    (``per_verifying_sq_s``).
     """
     sequences = len(prefills) + len(drafted)
     tokens = sum(prefills) + sum(1 + d for d in drafted)
@@ -83,6 +85,7 @@ def iteration_seconds(
     if draft is not None and passes > 0:
         seconds += draft.seconds(sequences, tokens)
         seconds += (passes - 1) * draft.seconds(sequences, sequences)
+        seconds += draft.per_verifying_sq_s * len(drafted) ** 2
     return seconds
 
 

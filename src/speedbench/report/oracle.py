@@ -200,11 +200,12 @@ SPEEDUP_NOTE = (
     "one per running sequence, one per processed token and one per the square of the "
     "iteration's tokens, which long prefills show): the target's from the no-SD levels "
     "(a verify step processes 1 + drafted tokens per request), a draft model's k passes per "
-    "step from the draft-model SD levels, prompt lookup's n-gram search from the "
-    "prompt-lookup SD levels; prompts prefilled in chunks where the engine caps an "
-    "iteration's tokens; SD off and SD through the same costs. Each measured level's "
-    "prediction is made without its timings: the drafter's passes are fitted on its other SD "
-    "levels (leave one out). error = predicted / measured - 1. "
+    "step (each pass's sequences and tokens priced by the draft alone) and prompt lookup's "
+    "n-gram search from their SD levels, with one cost shared by every drafter, per the "
+    "square of the requests an SD iteration verifies; prompts prefilled in chunks where the "
+    "engine caps an iteration's tokens; SD off and SD through the same costs. Each measured "
+    "level's prediction is made without its timings: the drafters' passes are fitted on the "
+    "other SD levels (leave one out). error = predicted / measured - 1. "
     "Break-even model: the earlier AL / (1 + f k c), which charges nothing for verifying k + 1 "
     "tokens per stream. k = 0 is SD off; a k is recommended only where it gains 1 % or more."
 )
@@ -254,13 +255,14 @@ def render_speedup(model: SpeedupModel | None) -> list[str]:
     out = ["## Which k at which batch size: the speedup model", "", SPEEDUP_NOTE, ""]
     out += [
         "| model | fixed ms | per sequence ms | per token ms | per token² ns "
-        "| iterations (outliers) | R² | fitted on |",
-        "|---|---|---|---|---|---|---|---|",
+        "| per verifying request² µs | iterations (outliers) | R² | fitted on |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for _, name, fit in model.fits():
         out.append(
             f"| {name} | {_ms(fit.fixed_s)} | {_ms(fit.per_sequence_s)} | "
             f"{_ms(fit.per_token_s)} | {_fmt(fit.per_token_sq_s * 1e9, '.1f')} | "
+            f"{_fmt(fit.per_verifying_sq_s * 1e6, '.0f')} | "
             f"{fit.iterations} ({fit.outliers}) | {_fmt(fit.r2, '.3f')} | "
             f"{', '.join(fit.sources)} |"
         )

@@ -7,8 +7,7 @@ import pytest
 
 from speedbench.oracle.recommend import (
     best_of,
-    fit_draft_pass,
-    fit_proposer,
+    fit_sd_passes,
     recommended_k,
     schedule,
     speedups,
@@ -224,13 +223,16 @@ def test_the_draft_pass_is_fitted_on_what_sd_iterations_cost_beyond_the_verify(t
     b = _record("b", 10, times[:3], k=k)
     level = tmp_path / "draft_model-k2" / "q" / "bs2"
     write_parquet([a, b], level / "records.parquet")
-    alone = StepCosts(fixed_s=0.03, per_sequence_s=0.0, per_token_s=0.002)
-    fit = fit_draft_pass([("draft_model-k2/q/bs2", level, k)], target, alone)
+    alone = StepCosts(fixed_s=0.03, per_sequence_s=0.02, per_token_s=0.002)
+    fit = fit_sd_passes({"draft_model": [("draft_model-k2/q/bs2", level, k)]}, target, alone)[
+        "draft_model"
+    ]
     assert fit.fixed_s == pytest.approx(0.05)
     assert fit.per_sequence_s == pytest.approx(0.02)
     assert (fit.per_token_s, fit.iterations, fit.sources) == (0.002, 5, ("draft_model-k2/q/bs2",))
-    with pytest.raises(ValueError, match="no draft-model SD level"):
-        fit_draft_pass([], target, alone)
+    assert fit.per_verifying_sq_s == 0.0  # two batch sizes (2, 1): the shared square not fitted
+    with pytest.raises(ValueError, match="no SD iteration of draft_model to fit on"):
+        fit_sd_passes({"draft_model": []}, target, alone)
 
 
 def test_prefills_that_all_look_like_outliers_are_kept_to_price_a_token():
@@ -338,7 +340,7 @@ def test_prompt_lookups_search_is_what_its_iterations_cost_beyond_the_verify(tmp
     b = _record("b", 10, [1.001, times[1] + 0.001], k=3, engine_drafted=[], engine_accepted=[])
     level = tmp_path / "ngram-k3" / "q" / "bs2"
     write_parquet([a, b], level / "records.parquet")
-    fit = fit_proposer([("ngram-k3/q/bs2", level, 3)], target)
+    fit = fit_sd_passes({"ngram": [("ngram-k3/q/bs2", level, 3)]}, target, None)["ngram"]
     assert fit.fixed_s == pytest.approx(0.005) and fit.per_sequence_s == pytest.approx(0.002)
     assert (fit.per_token_s, fit.iterations) == (0.0, 3)
     # One search an iteration whatever k; a draft model runs k passes.
@@ -347,3 +349,47 @@ def test_prompt_lookups_search_is_what_its_iterations_cost_beyond_the_verify(tmp
         3,
         0,
     )
+
+
+def _sd_level(root, drafter, bs, costs, target, k=3, steps=4):
+    """``bs`` requests prefilled together, then ``steps`` SD iterations priced by ``costs``."""
+    times, t = [1.0], 1.0
+    for _ in range(steps):
+        t += iteration_seconds(target, costs, draft_passes(drafter, k), [], [k] * bs)
+        times.append(t)
+    records = [_record(f"r{i}", 10, [x + 1e-4 * i for x in times], k=k) for i in range(bs)]
+    folder = root / f"{drafter}-k{k}" / f"bs{bs}"
+    write_parquet(records, folder / "records.parquet")
+    return (f"{drafter}-k{k}/q/bs{bs}", folder, k)
+
+
+def test_the_cost_of_verifying_many_streams_is_learnt_from_another_drafters_level(tmp_path):
+    # Both drafters' iterations carry 0.2 ms per verifying request squared: 51 ms at 16.
+    target = StepCosts(fixed_s=0.1, per_sequence_s=0.01, per_token_s=0.001)
+    alone = StepCosts(fixed_s=0.03, per_sequence_s=0.004, per_token_s=0.002)
+    draft = StepCosts(0.05, 0.004, 0.002, per_verifying_sq_s=2e-4)
+    search = StepCosts(0.005, 0.002, 0.0, per_verifying_sq_s=2e-4)
+    levels = {
+        "draft_model": [_sd_level(tmp_path, "draft_model", b, draft, target) for b in (1, 4, 16)],
+        "ngram": [_sd_level(tmp_path, "ngram", b, search, target) for b in (1, 4, 16)],
+    }
+    fits = fit_sd_passes(levels, target, alone)
+    assert fits["draft_model"].fixed_s == pytest.approx(0.05)
+    assert fits["draft_model"].per_sequence_s == pytest.approx(0.004)
+    assert fits["ngram"].fixed_s == pytest.approx(0.005)
+    assert fits["ngram"].per_sequence_s == pytest.approx(0.002)
+    assert fits["ngram"].per_verifying_sq_s == pytest.approx(2e-4)
+    assert fits["ngram"].iterations == 3 * 4 and fits["ngram"].outliers == 0
+
+    def step16(costs):
+        return iteration_seconds(target, costs, 1, [], [3] * 16)
+
+    # Prompt lookup at bs 16 left out: the draft model's bs-16 level still teaches the square.
+    left_out = {"draft_model": levels["draft_model"], "ngram": levels["ngram"][:2]}
+    assert step16(fit_sd_passes(left_out, target, alone)["ngram"]) == pytest.approx(step16(search))
+    # From its own bs 1 and 4 alone (two batch sizes) no square is fitted, and the straight
+    # line through what 1 and 4 streams cost (0.2 and 3.2 ms of square) prices 16 streams
+    # 26 ms too cheap, of the square's 51 ms.
+    own = fit_sd_passes({"ngram": levels["ngram"][:2]}, target, None)["ngram"]
+    assert own.per_verifying_sq_s == 0.0
+    assert step16(search) - step16(own) == pytest.approx(0.02626, abs=1e-4)

@@ -29,6 +29,13 @@ from speedbench.provision.models import make_world_readable, provision
 from speedbench.testing.synthetic import SyntheticOptions, serve_in_subprocess
 
 QWEN_SMALL = "qwen2.5-coder-0.5b-instruct"
+# Real text for the tiny Qwen pair (tiny_pair): four short first turns of different kinds.
+TINY_PROMPTS = [
+    "Write a Python function that merges two sorted lists.",
+    "Explain the difference between a process and a thread.",
+    "Summarize the plot of Hamlet in three sentences.",
+    "List five prime numbers greater than one hundred.",
+]
 
 
 @pytest.fixture(scope="session")

@@ -43,6 +43,7 @@ from speedbench.oracle.steptime import (
     StepCosts,
     engine_iterations,
     fit_step_costs,
+    r_squared,
     robust_lstsq,
 )
 from speedbench.records import RequestRecord, measured, read_parquet
@@ -365,13 +366,7 @@ def fit_sd_passes(
         mine = np.array([o == drafter for o in owner]) & keep
         own = coef[at : at + widths[drafter]]
         at += widths[drafter]
-        fitted, kept = xs[mine] @ coef, ys[mine]
-        spread_total = float(np.sum((kept - kept.mean()) ** 2)) if len(kept) else 0.0
-        r2 = (
-            1 - float(np.sum((kept - fitted) ** 2)) / spread_total
-            if spread_total > 0
-            else float("nan")
-        )
+        r2 = r_squared(ys[mine], xs[mine] @ coef)
         sources = tuple(label for label, _, _ in levels[drafter])
         fixed, per_seq, tokens = float(own[0]), 0.0, (0.0, 0.0)
         if drafter == "draft_model" and alone is not None:

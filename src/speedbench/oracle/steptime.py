@@ -232,10 +232,13 @@ def robust_lstsq(
     if keep.sum() < x.shape[1]:  # too few left to fit: keep every row
         keep = np.ones(len(y), bool)
     coef = nonnegative_lstsq(xw[keep], yw[keep])
-    fitted = x[keep] @ coef
-    total = float(np.sum((y[keep] - y[keep].mean()) ** 2))
-    r2 = 1 - float(np.sum((y[keep] - fitted) ** 2)) / total if total > 0 else float("nan")
-    return coef, keep, r2
+    return coef, keep, r_squared(y[keep], x[keep] @ coef)
+
+
+def r_squared(y: np.ndarray, fitted: np.ndarray) -> float:
+    """Share of ``y``'s variance that ``fitted`` explains (NaN where ``y`` does not vary)."""
+    total = float(np.sum((y - y.mean()) ** 2)) if len(y) else 0.0
+    return 1 - float(np.sum((y - fitted) ** 2)) / total if total > 0 else float("nan")
 
 
 @dataclasses.dataclass(frozen=True)

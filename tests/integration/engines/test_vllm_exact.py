@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from tests.integration.conftest import TINY_PROMPTS
 
 from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.client.run import run_load
@@ -33,12 +34,7 @@ pytestmark = pytest.mark.integration
 K = 3
 # 1 prefill token + 12 full steps of k+1: no step is cut short by max_tokens.
 MAX_TOKENS = 1 + 12 * (K + 1)
-PROMPTS = [
-    "Write a Python function that merges two sorted lists.",
-    "Explain the difference between a process and a thread.",
-    "Summarize the plot of Hamlet in three sentences.",
-    "List five prime numbers greater than one hundred.",
-]
+PROMPTS = TINY_PROMPTS
 
 
 @pytest.fixture(scope="module")

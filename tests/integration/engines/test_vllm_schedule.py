@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from tests.integration.conftest import TINY_PROMPTS
 
 from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.client.run import run_load
@@ -22,12 +23,7 @@ from speedbench.tokenize import PromptTokenizer
 pytestmark = pytest.mark.integration
 
 RANGES = [(1, 1, 3), (2, 16, 1)]
-PROMPTS = [
-    "Write a Python function that merges two sorted lists.",
-    "Explain the difference between a process and a thread.",
-    "Summarize the plot of Hamlet in three sentences.",
-    "List five prime numbers greater than one hundred.",
-]
+PROMPTS = TINY_PROMPTS
 
 
 @pytest.fixture(scope="module")

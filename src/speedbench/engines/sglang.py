@@ -22,7 +22,6 @@ documentation and source:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,6 +39,7 @@ from speedbench.engines.base import (
     stream_error,
 )
 from speedbench.engines.containers import ContainerSpec, HostSettings, register_container
+from speedbench.engines.releases import Release, engine_release, release_name
 from speedbench.metrics.acceptance import SpecCounters
 
 # SGLang's ServerArgs.__post_init__ sets max_running_requests to this for EAGLE, EAGLE3,
@@ -63,23 +63,7 @@ SGLANG_ALGORITHMS = {
 NGRAM_WINDOWS_REMOVED = (0, 5, 10)
 
 
-def image_version(image: str | None) -> tuple[int, ...] | None:
-    """The release an image tag names (``lmsysorg/sglang:v0.5.23-cu129`` -> (0, 5, 23))."""
-    tag = (image or "").rpartition(":")[2]
-    match = re.match(r"v?(\d+)\.(\d+)\.(\d+)", tag)
-    return tuple(int(g) for g in match.groups()) if match else None
-
-
-def engine_version(engine: EngineConfig) -> tuple[int, ...] | None:
-    """The SGLang release the engine runs, where its image says (a container), else None."""
-    if engine.launcher != "docker":
-        return None
-    from speedbench.engines.containers import container_spec
-
-    return image_version(engine.image or container_spec("sglang").image)
-
-
-def speculative_args(spec: SpecConfig, version: tuple[int, ...] | None = None) -> list[str]:
+def speculative_args(spec: SpecConfig, version: Release | None = None) -> list[str]:
     """SGLang's speculative flags for ``spec`` (none for the baseline) in release ``version``.
 
     Raises:
@@ -90,7 +74,7 @@ def speculative_args(spec: SpecConfig, version: tuple[int, ...] | None = None) -
     windows = spec.prompt_lookup_min or spec.prompt_lookup_max
     if windows and version is not None and version >= NGRAM_WINDOWS_REMOVED:
         raise UnsupportedSpecError(
-            f"SGLang {'.'.join(map(str, version))} has no --speculative-ngram-min/max-match-"
+            f"SGLang {release_name(version)} has no --speculative-ngram-min/max-match-"
             "window-size (removed in 0.5.10): unset prompt_lookup_min/max for it"
         )
     if spec.method not in SGLANG_ALGORITHMS:
@@ -137,6 +121,10 @@ class SGLangAdapter(EngineAdapter):
     # answers 400 while requests are running or waiting (srt/entrypoints/http_server.py).
     reset_cache_path = "/flush_cache"
     reset_cache_busy_status = 400
+
+    def release(self, engine: EngineConfig) -> Release | None:
+        """The SGLang release this engine config runs (its image's tag, or the one installed)."""
+        return engine_release(engine, "sglang")
 
     def concurrency_cap(self, engine: EngineConfig, spec: SpecConfig) -> int | None:
         """SGLang's own cap on running requests: 48 for SD when none is set, else the set one."""
@@ -186,7 +174,7 @@ class SGLangAdapter(EngineAdapter):
             args += ["--max-running-requests", str(engine.max_num_seqs)]
         if self.prefix_cache_mode(engine) == "off":
             args.append("--disable-radix-cache")
-        return args + speculative_args(spec, engine_version(engine)) + list(engine.extra_args)
+        return args + speculative_args(spec, self.release(engine)) + list(engine.extra_args)
 
     def request_body(
         self,

@@ -8,10 +8,11 @@ in ``tests/contracts/trtllm.json``, which the contract tests check every argv, b
 options file against:
 
 - Launch: ``trtllm-serve <model> --backend pytorch --host --port --extra_llm_api_options
-  <yaml>``. The YAML holds ``speculative_config`` (``decoding_type``: Eagle, DraftTarget, NGram
-  or MTP; ``max_draft_len``; ``speculative_model_dir`` for a drafter), ``dtype``, and
-  ``enable_iter_perf_stats`` with ``iter_stats_max_iterations`` so ``/metrics`` keeps enough
-  iteration statistics between two reads.
+  <yaml>``. The YAML holds ``speculative_config`` (``decoding_type``: Eagle, NGram, MTP, and
+  for a draft model ``DraftTarget`` up to 1.2 and ``Draft_Target`` from 1.3; ``max_draft_len``;
+  the drafter as ``speculative_model_dir`` up to 1.2, ``speculative_model`` from 1.3),
+  ``dtype``, and ``enable_iter_perf_stats`` with ``iter_stats_max_iterations`` so
+  ``/metrics`` keeps enough iteration statistics between two reads.
 - Requests: ``POST /v1/completions`` with ``prompt`` as token ids, ``stream: true`` and
   ``detokenize: false``. The completion post-processor sends
   ``token_ids = None if detokenize else token_ids_diff`` (and empty text when not
@@ -46,15 +47,21 @@ from speedbench.engines.base import (
     stream_error,
 )
 from speedbench.engines.containers import ContainerSpec, HostSettings, register_container
+from speedbench.engines.releases import Release, engine_release
 from speedbench.metrics.acceptance import SpecCounters
 
-# speedbench method -> speculative_config.decoding_type
+# speedbench method -> speculative_config.decoding_type (up to 1.2: dispatched by name in
+# DecodingBaseConfig.from_dict; the 1.2.0 release's llmapi/llm_args.py).
 TRTLLM_DECODING = {
     "eagle3": "Eagle",
     "draft_model": "DraftTarget",
     "ngram": "NGram",
     "mtp": "MTP",
 }
+# After 1.2 speculative_config is a union discriminated by Literal decoding types, and the draft
+# model's is "Draft_Target" (llm_args.py on main); "DraftTarget" matches no member there. Its
+# drafter field is speculative_model (speculative_model_dir its older alias).
+DRAFT_TARGET_RENAMED = (1, 3, 0)
 OPTIONS_FILE = "extra_llm_api_options.yaml"
 # Iteration statistics the server keeps between two reads of /metrics (its default is 1,000).
 # The level reads every ITER_STATS_POLL_S seconds (client/run.py), so this holds minutes of
@@ -62,8 +69,32 @@ OPTIONS_FILE = "extra_llm_api_options.yaml"
 ITER_STATS_MAX_ITERATIONS = 100_000
 
 
-def llm_api_options(engine: EngineConfig, spec: SpecConfig) -> dict[str, Any]:
-    """The ``--extra_llm_api_options`` mapping for ``spec``."""
+def decoding_type(method: str, release: Release | None) -> str:
+    """TensorRT-LLM's ``decoding_type`` for ``method`` in ``release``.
+
+    Raises:
+        UnsupportedSpecError: A method TensorRT-LLM lacks, or a draft model whose spelling
+            depends on a release that cannot be told.
+    """
+    if method not in TRTLLM_DECODING:
+        raise UnsupportedSpecError(
+            f"TensorRT-LLM has no SD method {method!r}; it has {sorted(TRTLLM_DECODING)}"
+        )
+    if method != "draft_model":
+        return TRTLLM_DECODING[method]
+    if release is None:
+        raise UnsupportedSpecError(
+            "TensorRT-LLM's release is unknown (an image tag without one, or no tensorrt_llm "
+            "beside the engine's python), and draft_model is spelt DraftTarget up to 1.2 and "
+            "Draft_Target from 1.3: name the release in the image tag (e.g. release:1.2.0)"
+        )
+    return "Draft_Target" if release >= DRAFT_TARGET_RENAMED else "DraftTarget"
+
+
+def llm_api_options(
+    engine: EngineConfig, spec: SpecConfig, release: Release | None = None
+) -> dict[str, Any]:
+    """The ``--extra_llm_api_options`` mapping for ``spec`` in TensorRT-LLM ``release``."""
     options: dict[str, Any] = {
         "enable_iter_perf_stats": True,
         "iter_stats_max_iterations": ITER_STATS_MAX_ITERATIONS,
@@ -77,18 +108,15 @@ def llm_api_options(engine: EngineConfig, spec: SpecConfig) -> dict[str, Any]:
         options["kv_cache_config"] = {"enable_block_reuse": False}
     if not spec.is_speculative:
         return options
-    if spec.method not in TRTLLM_DECODING:
-        raise UnsupportedSpecError(
-            f"TensorRT-LLM has no SD method {spec.method!r}; it has {sorted(TRTLLM_DECODING)}"
-        )
     k = spec.num_speculative_tokens
-    config: dict[str, Any] = {"decoding_type": TRTLLM_DECODING[spec.method]}
+    config: dict[str, Any] = {"decoding_type": decoding_type(spec.method, release)}
     if spec.method == "mtp":
         config["num_nextn_predict_layers"] = k
     else:
         config["max_draft_len"] = k
     if spec.draft_model:
-        config["speculative_model_dir"] = spec.draft_model
+        renamed = release is not None and release >= DRAFT_TARGET_RENAMED
+        config["speculative_model" if renamed else "speculative_model_dir"] = spec.draft_model
     if spec.method == "ngram":
         config["max_matching_ngram_size"] = spec.prompt_lookup_max or 4
     config.update(spec.options)
@@ -109,9 +137,14 @@ class TRTLLMAdapter(EngineAdapter):
     generate_path = "/v1/completions"
     counters_reset_on_read = True
 
+    def release(self, engine: EngineConfig) -> Release | None:
+        """The TensorRT-LLM release this config runs (its image's tag, or the one installed)."""
+        return engine_release(engine, "tensorrt_llm")
+
     def launch_files(self, engine: EngineConfig, spec: SpecConfig) -> dict[str, str]:
         """Files the server reads at start: the LLM API options YAML."""
-        return {OPTIONS_FILE: yaml.safe_dump(llm_api_options(engine, spec), sort_keys=True)}
+        options = llm_api_options(engine, spec, self.release(engine))
+        return {OPTIONS_FILE: yaml.safe_dump(options, sort_keys=True)}
 
     def server_command(self, engine: EngineConfig) -> list[str]:
         """``trtllm-serve`` of the engine environment (the console script beside its python)."""
@@ -121,7 +154,7 @@ class TRTLLMAdapter(EngineAdapter):
         self, engine: EngineConfig, spec: SpecConfig, *, files_dir: str = LAUNCH_FILES_DIR
     ) -> list[str]:
         """Arguments for ``trtllm-serve``; ``files_dir`` is where the server sees launch files."""
-        llm_api_options(engine, spec)  # validates spec before anything starts
+        llm_api_options(engine, spec, self.release(engine))  # refuses a bad spec before launch
         args = [
             engine.model,
             "--backend",

@@ -94,14 +94,26 @@ def engine_schedules(
     ranges: Ranges,
     draft_model: str | None = None,
     ngram: tuple[int, int] | None = None,
+    sglang_image: str | None = None,
 ) -> dict[str, Any]:
-    """The schedule for every engine that takes one: vLLM's config and SGLang's launches."""
+    """The schedule for every engine that takes one: vLLM's config and SGLang's launches.
+
+    SGLang's flags are those of the release ``sglang_image`` names (default: speedbench's
+    pinned image), which the launches record.
+
+    Raises:
+        UnsupportedSpecError: A flag the SGLang release lacks (n-gram windows after 0.5.9).
+    """
+    from speedbench.engines.containers import container_spec
+    from speedbench.engines.releases import image_release
     from speedbench.engines.sglang import speculative_args
     from speedbench.engines.vllm import speculative_config
 
+    image = sglang_image or container_spec("sglang").image
+    release = image_release(image)
     launches = [
         {"batch_sizes": [first, last], "k": spec.num_speculative_tokens,
-         "args": [*speculative_args(spec), "--max-running-requests", str(last)]}
+         "args": [*speculative_args(spec, release), "--max-running-requests", str(last)]}
         for first, last, spec in sglang_specs(method, ranges, draft_model, ngram)
     ]  # fmt: skip
     return {
@@ -110,5 +122,5 @@ def engine_schedules(
         "vllm": {
             "speculative_config": speculative_config(vllm_spec(method, ranges, draft_model, ngram))
         },
-        "sglang": {"launches": launches},
+        "sglang": {"image": image, "launches": launches},
     }

@@ -1,9 +1,12 @@
 """speedbench's launch arguments and request bodies, checked by the engines' own code.
 
-vLLM 0.32 (the engine environment), vLLM 0.33 and 0.34 and SGLang 0.5.5 (the version of speedbench's
-SGLang image) parse every argv speedbench builds for every SD method it offers them, with their
-own parsers, and validate every request body with their own request models
-(scripts/engine_contract.py runs inside each engine's environment; ``make contract-envs``).
+vLLM 0.32 (the engine environment), vLLM 0.33 and 0.34, SGLang 0.5.5 (the version of speedbench's
+SGLang image) and SGLang 0.5.23 (the newest on PyPI) parse every argv speedbench builds for every
+SD method it offers them, with their own parsers, and validate every request body with their own
+request models (scripts/engine_contract.py runs inside each engine's environment; ``make
+contract-envs``). Each engine config names that environment's interpreter, so the adapter reads
+the release it drives from it, as a local launch would: where a release lacks a flag, speedbench
+refuses the config before launch, and the engine's parser is shown refusing the flag too.
 TensorRT-LLM's wheel is not on PyPI, so its contract is the transcription of its source in
 tests/contracts/trtllm.json (test_trtllm_contract.py). Each check also gets a misspelt flag and
 a misspelt field, which it must refuse, so a check that accepts everything fails here.
@@ -21,7 +24,8 @@ import pytest
 from speedbench import REPO_ROOT
 from speedbench.config import METHODS_NEEDING_DRAFT_MODEL, EngineConfig, SpecConfig
 from speedbench.engines import get_engine
-from speedbench.engines.sglang import SGLANG_ALGORITHMS
+from speedbench.engines.base import UnsupportedSpecError
+from speedbench.engines.sglang import NGRAM_WINDOWS_REMOVED, SGLANG_ALGORITHMS
 from speedbench.engines.vllm import _VLLM_METHODS, CPU_TOKEN_BUDGET, cpu_vllm_engine
 from speedbench.oracle.schedule import sglang_specs, vllm_spec
 from speedbench.run.plan import SGLANG_DETERMINISTIC
@@ -37,17 +41,22 @@ ENVIRONMENTS = {
     ("vllm", "0.33.0"): ROOT / ".venv-vllm-0.33" / "bin" / "python",
     ("vllm", "0.34.0"): ROOT / ".venv-vllm-0.34" / "bin" / "python",
     ("sglang", "0.5.5"): ROOT / ".venv-sglang" / "bin" / "python",
+    ("sglang", "0.5.23"): ROOT / ".venv-sglang-0.5.23" / "bin" / "python",
 }
 METHODS = {"vllm": sorted(_VLLM_METHODS), "sglang": sorted(SGLANG_ALGORITHMS)}
 
 
-def engines(kind: str) -> dict[str, EngineConfig]:
-    """The engine configs whose flags differ: defaults, every limit set, prefix cache off."""
+def engines(kind: str, python: str | None = None) -> dict[str, EngineConfig]:
+    """The engine configs whose flags differ: defaults, every limit set, prefix cache off.
+
+    ``python`` is the engine environment's interpreter (the release is read from it).
+    """
     out = {
-        "defaults": EngineConfig(kind=kind, model="/models/target"),
+        "defaults": EngineConfig(kind=kind, model="/models/target", python=python),
         "limits": EngineConfig(
             kind=kind,
             model="/models/target",
+            python=python,
             tokenizer="/models/tokenizer",
             dtype="bfloat16",
             max_model_len=4096,
@@ -59,7 +68,7 @@ def engines(kind: str) -> dict[str, EngineConfig]:
         out["embedded-cpu"] = cpu_vllm_engine("/models/target")
     if kind == "sglang":  # a seeded sweep at T > 0 (speedbench.run.plan.engine_config)
         out["seeded-sampling"] = EngineConfig(
-            kind=kind, model="/models/target", extra_args=[SGLANG_DETERMINISTIC]
+            kind=kind, model="/models/target", python=python, extra_args=[SGLANG_DETERMINISTIC]
         )
     return out
 
@@ -82,11 +91,14 @@ def specs(kind: str) -> list[SpecConfig]:
     return out
 
 
-def cases(kind: str) -> list[dict]:
-    """Every (engine config, SD config) argv with the request bodies of every load setting."""
+def cases(kind: str, python: str | None = None) -> tuple[list[dict], dict[str, str]]:
+    """Every (engine config, SD config) argv with the request bodies of every load setting.
+
+    Also the configs speedbench itself refuses for the release, with its one-line error.
+    """
     adapter = get_engine(kind)
-    out = []
-    for engine_name, engine in engines(kind).items():
+    out, refused = [], {}
+    for engine_name, engine in engines(kind, python).items():
         bodies = [
             adapter.request_body(engine, [151644, 872, 198], 96, temperature, seed, ignore_eos)
             for temperature, seed, ignore_eos in [
@@ -96,26 +108,41 @@ def cases(kind: str) -> list[dict]:
             ]
         ]
         for spec in specs(kind):
-            out.append(
-                {
-                    "name": f"{engine_name}/{spec.label}",
-                    "argv": adapter.server_args(engine, spec),
-                    "bodies": bodies,
-                }
-            )
-    return out
+            name = f"{engine_name}/{spec.label}"
+            if spec.prompt_lookup_min:
+                name += f"-windows{spec.prompt_lookup_min}-{spec.prompt_lookup_max}"
+            try:
+                argv = adapter.server_args(engine, spec)
+            except UnsupportedSpecError as exc:
+                refused[name] = str(exc)
+                continue
+            out.append({"name": name, "argv": argv, "bodies": bodies})
+    return out, refused
+
+
+def release_free_cases(kind: str) -> list[dict]:
+    """The argv of every config as built without knowing the release (the engine decides)."""
+    engine = EngineConfig(kind=kind, model="/models/target")
+    adapter = get_engine(kind)
+    return [
+        {"name": f"release-free/{spec.label}-windows", "argv": adapter.server_args(engine, spec)}
+        for spec in specs(kind)
+        if spec.prompt_lookup_min
+    ]
 
 
 # A schedule as `speedbench tune` writes it: k = 3 up to 4 streams, 2 up to 12, SD off above.
 SCHEDULE = [(1, 4, 3), (5, 12, 2), (13, 64, 0)]
 
 
-def schedule_cases(kind: str) -> list[dict]:
+def schedule_cases(kind: str, python: str | None = None) -> list[dict]:
     """The draft-length schedule of both drafters, as each engine takes it (speedbench tune)."""
     adapter = get_engine(kind)
-    engine = EngineConfig(kind=kind, model="/models/target", max_num_seqs=64)
+    engine = EngineConfig(kind=kind, model="/models/target", max_num_seqs=64, python=python)
     out = []
+    windows = adapter.release(engine) is None or adapter.release(engine) < NGRAM_WINDOWS_REMOVED
     for method, draft, ngram in (("draft_model", "/models/draft", None), ("ngram", None, (1, 4))):
+        ngram = ngram if windows else None
         if kind == "vllm":
             spec = vllm_spec(method, SCHEDULE, draft, ngram)
             out.append({"name": f"schedule/{method}", "argv": adapter.server_args(engine, spec)})
@@ -158,8 +185,11 @@ def check(kind: str, version: str, payload: list[dict]) -> dict:
 @pytest.fixture(scope="module", params=sorted(ENVIRONMENTS), ids=lambda p: f"{p[0]}-{p[1]}")
 def verdicts(request):
     kind, version = request.param
-    payload = cases(kind)
-    out = check(kind, version, [*payload, *schedule_cases(kind), misspelt(payload[-1])])
+    python = str(ENVIRONMENTS[(kind, version)])
+    payload, refused = cases(kind, python)
+    extra = [*schedule_cases(kind, python), *release_free_cases(kind)]
+    out = check(kind, version, [*payload, *extra, misspelt(payload[-1])])
+    out["refused_by_speedbench"] = refused
     return kind, version, payload, out
 
 
@@ -174,11 +204,15 @@ def test_the_engine_accepts_every_argv_and_body(verdicts):
     refused = {
         name: (r["argv_error"], [e for e in r["body_errors"] if e])
         for name, r in results.items()
-        if name != "misspelt" and (r["argv_error"] or any(r["body_errors"]))
+        if name != "misspelt"
+        and not name.startswith("release-free/")
+        and (r["argv_error"] or any(r["body_errors"]))
     }
     assert not refused, f"{kind} {version} refused: {refused}"
     # Every method the adapter offers was checked, on every engine config.
-    assert len(results) == len(payload) + len(schedule_cases(kind)) + 1
+    python = str(ENVIRONMENTS[(kind, version)])
+    extra = len(schedule_cases(kind, python)) + len(release_free_cases(kind))
+    assert len(results) == len(payload) + extra + 1
     checked = {
         name.split("/")[1].split("-k")[0]
         for name in results
@@ -203,6 +237,29 @@ def test_the_cpu_builds_token_budget_is_the_one_the_speedup_model_assumes(verdic
     assert get_engine("vllm").iteration_token_budget(gpu) is None
     flagged = gpu.model_copy(update={"extra_args": ["--max-num-batched-tokens", "8192"]})
     assert get_engine("vllm").iteration_token_budget(flagged) == 8192
+
+
+def test_a_flag_the_release_lacks_is_refused_by_speedbench_and_by_the_engine(verdicts):
+    kind, version, _, out = verdicts
+    if kind != "sglang":
+        return
+    release = tuple(int(p) for p in version.split("."))
+    # The adapter reads the release it drives from the environment, as a local launch does.
+    python = str(ENVIRONMENTS[(kind, version)])
+    assert get_engine(kind).release(EngineConfig(kind=kind, model="m", python=python)) == release
+    release_free = [r for r in out["results"] if r["name"].startswith("release-free/")]
+    refused = out["refused_by_speedbench"]
+    assert release_free
+    if release >= NGRAM_WINDOWS_REMOVED:
+        # speedbench refuses the n-gram windows on every engine config, in one line ...
+        assert len(refused) == len(engines(kind)), refused
+        assert all(f"SGLang {version} has no --speculative-ngram-min/max" in e
+                   for e in refused.values())  # fmt: skip
+        # ... and the engine's own parser refuses the flags built without the release.
+        assert all("unrecognized arguments" in r["argv_error"] for r in release_free)
+    else:
+        assert not refused
+        assert all(r["argv_error"] is None for r in release_free)
 
 
 def test_a_misspelt_flag_and_field_are_refused(verdicts):

@@ -13,6 +13,8 @@ from speedbench.engines.base import UnsupportedSpecError
 from speedbench.metrics.acceptance import SpecCounters, acceptance_from_counters
 
 ENGINE = EngineConfig(model="/m", port=30000, dtype="bfloat16")
+# TensorRT-LLM in its pinned image (release 1.2.0): some of its keys differ by release.
+TRT_ENGINE = ENGINE.model_copy(update={"kind": "trtllm", "launcher": "docker"})
 
 
 @pytest.fixture
@@ -204,7 +206,7 @@ def test_sglang_server_acceptance_length(sglang):
     ],
 )
 def test_trtllm_options_yaml(trtllm, spec, expected):
-    ((name, text),) = trtllm.launch_files(ENGINE, spec).items()
+    ((name, text),) = trtllm.launch_files(TRT_ENGINE, spec).items()
     assert name == "extra_llm_api_options.yaml"
     # No reset endpoint: the default prefix_cache "reset" becomes no block reuse at all; the
     # dtype and the iteration-stat bound go to every launch.
@@ -214,7 +216,7 @@ def test_trtllm_options_yaml(trtllm, spec, expected):
         "dtype": "bfloat16",
         "iter_stats_max_iterations": 100_000,
     }
-    args = trtllm.server_args(ENGINE, spec)
+    args = trtllm.server_args(TRT_ENGINE, spec)
     assert args == [
         "/m", "--backend", "pytorch", "--host", "127.0.0.1", "--port", "30000",
         "--extra_llm_api_options", "/speedbench/extra_llm_api_options.yaml",

@@ -20,6 +20,7 @@ from pydantic import ConfigDict, ValidationError, create_model
 
 from speedbench.config import METHODS_NEEDING_DRAFT_MODEL, EngineConfig, SpecConfig
 from speedbench.engines import get_engine
+from speedbench.engines.base import UnsupportedSpecError
 from speedbench.engines.trtllm import TRTLLM_DECODING
 
 CONTRACT = json.loads((Path(__file__).parents[2] / "contracts" / "trtllm.json").read_text())
@@ -62,10 +63,11 @@ def specs() -> list[SpecConfig]:
 
 
 ENGINES = [
-    EngineConfig(kind="trtllm", model="/models/target"),
+    EngineConfig(kind="trtllm", model="/models/target", launcher="docker"),
     EngineConfig(
         kind="trtllm",
         model="/models/target",
+        launcher="docker",
         tokenizer="/models/tok",
         dtype="bfloat16",
         max_model_len=4096,
@@ -73,12 +75,20 @@ ENGINES = [
         prefix_cache="keep",
     ),
 ]
+# Each transcribed release, as the image tag that names it (the pinned image is 1.2.0).
+RELEASES = CONTRACT["llm_api_options"]["decoding_by_release"]
+IMAGES = {
+    name: f"nvcr.io/nvidia/tensorrt-llm/release:{release.get('release', name)}"
+    for name, release in RELEASES.items()
+}
 
 
+@pytest.mark.parametrize("release", sorted(RELEASES))
 @pytest.mark.parametrize("engine", ENGINES, ids=["defaults", "limits"])
 @pytest.mark.parametrize("spec", specs(), ids=lambda s: s.label)
-def test_argv_options_and_bodies_fit_trtllm(engine, spec):
+def test_argv_options_and_bodies_fit_trtllm(release, engine, spec):
     adapter = get_engine("trtllm")
+    engine = engine.model_copy(update={"image": IMAGES[release]})
     args = parse(adapter.server_args(engine, spec, files_dir="/speedbench"))
     assert args["model"] == "/models/target" and args["backend"] == "pytorch"
     assert args["extra_llm_api_options"] == "/speedbench/extra_llm_api_options.yaml"
@@ -89,8 +99,10 @@ def test_argv_options_and_bodies_fit_trtllm(engine, spec):
     assert set(options.get("kv_cache_config", {})) <= set(llm["kv_cache_config"])
     if spec.is_speculative:
         config = options["speculative_config"]
+        decoding = RELEASES[release]
         kind = config["decoding_type"]
-        assert set(config) <= set(llm["decoding_base"]) | set(llm["decoding_types"][kind])
+        assert kind in decoding["decoding_types"], f"{release} has no decoding_type {kind}"
+        assert set(config) <= set(decoding["decoding_base"]) | set(decoding["decoding_types"][kind])
     body = adapter.request_body(engine, [1, 2, 3], 96, 0.0, 0, True)
     CompletionRequest.model_validate(body)
     # Token ids arrive only without detokenization (the completion post-processor).
@@ -117,3 +129,29 @@ def test_the_contract_names_its_source():
         CONTRACT["completion_stream"]["token_ids"]
         == "None if detokenize else output.token_ids_diff"
     )
+
+
+def test_the_draft_model_is_spelt_as_each_release_spells_it():
+    # 1.2.0 dispatches "DraftTarget" by name; main's union member is Literal["Draft_Target"],
+    # which refuses the old name (the image's release decides, before any launch).
+    adapter = get_engine("trtllm")
+    spec = SpecConfig(method="draft_model", num_speculative_tokens=3, draft_model="/models/draft")
+    written = {}
+    for release, image in IMAGES.items():
+        engine = ENGINES[0].model_copy(update={"image": image})
+        ((_, text),) = adapter.launch_files(engine, spec).items()
+        written[release] = yaml.safe_load(text)["speculative_config"]
+    assert written["1.2.0"]["decoding_type"] == "DraftTarget"
+    assert written["1.2.0"]["speculative_model_dir"] == "/models/draft"
+    assert written["main"]["decoding_type"] == "Draft_Target"
+    assert written["main"]["speculative_model"] == "/models/draft"
+
+
+def test_a_draft_model_on_an_image_without_a_release_is_refused_before_launch():
+    adapter = get_engine("trtllm")
+    spec = SpecConfig(method="draft_model", num_speculative_tokens=3, draft_model="/models/draft")
+    engine = ENGINES[0].model_copy(update={"image": "nvcr.io/nvidia/tensorrt-llm/release:latest"})
+    with pytest.raises(UnsupportedSpecError, match=r"DraftTarget up to 1\.2 and Draft_Target"):
+        adapter.server_args(engine, spec)
+    # The methods spelt alike in every release need no release.
+    adapter.server_args(engine, SpecConfig(method="ngram", num_speculative_tokens=3))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from speedbench.engines.base import UnsupportedSpecError
 from speedbench.oracle.recommend import (
     best_of,
     fit_sd_passes,
@@ -181,6 +182,18 @@ def test_vllm_takes_one_config_with_the_ranges_and_sglang_one_launch_per_range()
     # SD off everywhere: vLLM runs without a speculative config.
     off = engine_schedules("ngram", [(1, 16, 0)], None, (1, 4))
     assert off["vllm"]["speculative_config"] is None
+
+
+def test_sglang_launches_carry_the_flags_of_the_release_they_name():
+    # The pinned image (0.5.5) takes the n-gram match windows; 0.5.10 and later refuse them, so
+    # a schedule for a newer image is refused in one line instead of written with dead flags.
+    pinned = engine_schedules("ngram", [(1, 4, 3), (5, 16, 1)], None, (1, 4))
+    assert pinned["sglang"]["image"] == "lmsysorg/sglang:v0.5.5"
+    assert "--speculative-ngram-max-match-window-size" in pinned["sglang"]["launches"][0]["args"]
+    with pytest.raises(UnsupportedSpecError, match=r"SGLang 0\.5\.23 has no --speculative-ngram"):
+        engine_schedules(
+            "ngram", [(1, 4, 3)], None, (1, 4), sglang_image="lmsysorg/sglang:v0.5.23-cu129"
+        )
 
 
 @pytest.mark.parametrize(

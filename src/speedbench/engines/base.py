@@ -10,7 +10,7 @@ calls :func:`register_engine`.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -109,6 +109,19 @@ def engine_python(engine: EngineConfig) -> str:
     return python
 
 
+def engine_method(engine_name: str, methods: Mapping[str, str], method: str) -> str:
+    """The engine's own name for SD ``method``, from the methods its adapter declares.
+
+    Raises:
+        UnsupportedSpecError: The engine does not run ``method`` (one line naming those it does).
+    """
+    if method not in methods:
+        raise UnsupportedSpecError(
+            f"{engine_name} has no SD method {method!r}; it has {sorted(methods)}"
+        )
+    return methods[method]
+
+
 def console_script(engine: EngineConfig, name: str) -> str:
     """The engine's own command (``vllm``, ``trtllm-serve``) beside its environment's python.
 
@@ -133,6 +146,11 @@ class EngineAdapter(Protocol):
     """
 
     kind: str
+    # The engine's name in messages and tables ("SGLang").
+    name: str
+    # The SD methods this engine runs: speedbench's method name -> the engine's own. A sweep
+    # naming another is refused before any launch (speedbench.run.plan.check_specs).
+    methods: Mapping[str, str]
     health_path: str
     metrics_path: str
     generate_path: str

@@ -37,6 +37,7 @@ from speedbench.engines.base import (
     EngineError,
     StreamEvent,
     UnsupportedSpecError,
+    engine_method,
     load_chunk,
     register_engine,
 )
@@ -51,9 +52,10 @@ LLAMA_CPP_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c3400
 DEFAULT_SERVER = REPO_ROOT / ".llama.cpp" / "bin" / "llama-server"
 SERVER_ENV = "SPEEDBENCH_LLAMA_SERVER"
 
+NAME = "llama.cpp"
 # speedbench method -> llama.cpp --spec-type. ngram is vLLM's prompt lookup: the last n tokens
 # matched against the context, the tokens that followed copied as the draft.
-LLAMACPP_SPEC_TYPES = {
+METHODS = {
     "draft_model": "draft-simple",
     "ngram": "ngram-simple",
     "eagle3": "draft-eagle3",
@@ -93,17 +95,14 @@ def speculative_args(spec: SpecConfig) -> list[str]:
     """llama-server's SD flags for ``spec`` (none for the baseline)."""
     if not spec.is_speculative:
         return []
-    if spec.method not in LLAMACPP_SPEC_TYPES:
-        raise UnsupportedSpecError(
-            f"llama.cpp has no SD method {spec.method!r}; it has {sorted(LLAMACPP_SPEC_TYPES)}"
-        )
+    spec_type = engine_method(NAME, METHODS, spec.method)
     unknown = sorted(set(spec.options) - set(OPTION_FLAGS))
     if unknown:
         raise UnsupportedSpecError(
             f"llama.cpp SD options {unknown} are unknown; known: {sorted(OPTION_FLAGS)}"
         )
     k = spec.num_speculative_tokens
-    options = {"spec_type": LLAMACPP_SPEC_TYPES[spec.method], "p_min": 0.0, **spec.options}
+    options = {"spec_type": spec_type, "p_min": 0.0, **spec.options}
     args = ["--spec-draft-n-max", str(k)]
     if spec.draft_model:
         args += ["--spec-draft-model", gguf_path(spec.draft_model, "draft")]
@@ -122,6 +121,8 @@ class LlamaCppAdapter(EngineAdapter):
     """Adapter for llama.cpp's ``llama-server`` (its native /completion endpoint)."""
 
     kind = "llamacpp"
+    name = NAME
+    methods = METHODS
     health_path = "/health"
     metrics_path = "/metrics"
     generate_path = "/completion"

@@ -33,6 +33,7 @@ from speedbench.engines.base import (
     EngineAdapter,
     StreamEvent,
     UnsupportedSpecError,
+    engine_method,
     engine_python,
     load_chunk,
     register_engine,
@@ -48,8 +49,9 @@ SD_DEFAULT_MAX_RUNNING = 48
 # ServerArgs.speculative_ngram_max_bfs_breadth, which NGRAM copies into speculative_eagle_topk.
 NGRAM_DEFAULT_BFS_BREADTH = 10
 
+NAME = "SGLang"
 # speedbench method -> --speculative-algorithm
-SGLANG_ALGORITHMS = {
+METHODS = {
     "eagle": "EAGLE",
     "eagle3": "EAGLE3",
     "mtp": "NEXTN",
@@ -77,14 +79,11 @@ def speculative_args(spec: SpecConfig, version: Release | None = None) -> list[s
             f"SGLang {release_name(version)} has no --speculative-ngram-min/max-match-"
             "window-size (removed in 0.5.10): unset prompt_lookup_min/max for it"
         )
-    if spec.method not in SGLANG_ALGORITHMS:
-        raise UnsupportedSpecError(
-            f"SGLang has no SD method {spec.method!r}; it has {sorted(SGLANG_ALGORITHMS)}"
-        )
+    algorithm = engine_method(NAME, METHODS, spec.method)
     k = spec.num_speculative_tokens
     topk = int(spec.options.get("eagle_topk", 1))
     draft_tokens = int(spec.options.get("num_draft_tokens", k + 1))
-    args = ["--speculative-algorithm", SGLANG_ALGORITHMS[spec.method]]
+    args = ["--speculative-algorithm", algorithm]
     if spec.draft_model:
         args += ["--speculative-draft-model-path", spec.draft_model]
     if spec.method == "ngram":
@@ -112,6 +111,8 @@ class SGLangAdapter(EngineAdapter):
     """Adapter for SGLang's native server."""
 
     kind = "sglang"
+    name = NAME
+    methods = METHODS
     health_path = "/health"
     # /server_info since 0.5.10 (/get_server_info deprecated); 0.5.5 serves only the old one.
     metrics_path = "/server_info"
@@ -130,7 +131,7 @@ class SGLangAdapter(EngineAdapter):
         """SGLang's own cap on running requests: 48 for SD when none is set, else the set one."""
         if engine.max_num_seqs:
             return engine.max_num_seqs
-        return SD_DEFAULT_MAX_RUNNING if spec.method in SGLANG_ALGORITHMS else None
+        return SD_DEFAULT_MAX_RUNNING if spec.method in METHODS else None
 
     def drafting_shape(self, spec: SpecConfig) -> str:
         """A chain for topk 1; a tree otherwise, and always for NGRAM (topk = BFS breadth)."""

@@ -42,6 +42,7 @@ from speedbench.engines.base import (
     StreamEvent,
     UnsupportedSpecError,
     console_script,
+    engine_method,
     load_chunk,
     register_engine,
     stream_error,
@@ -50,9 +51,10 @@ from speedbench.engines.containers import ContainerSpec, HostSettings, register_
 from speedbench.engines.releases import Release, engine_release
 from speedbench.metrics.acceptance import SpecCounters
 
+NAME = "TensorRT-LLM"
 # speedbench method -> speculative_config.decoding_type (up to 1.2: dispatched by name in
 # DecodingBaseConfig.from_dict; the 1.2.0 release's llmapi/llm_args.py).
-TRTLLM_DECODING = {
+METHODS = {
     "eagle3": "Eagle",
     "draft_model": "DraftTarget",
     "ngram": "NGram",
@@ -76,12 +78,9 @@ def decoding_type(method: str, release: Release | None) -> str:
         UnsupportedSpecError: A method TensorRT-LLM lacks, or a draft model whose spelling
             depends on a release that cannot be told.
     """
-    if method not in TRTLLM_DECODING:
-        raise UnsupportedSpecError(
-            f"TensorRT-LLM has no SD method {method!r}; it has {sorted(TRTLLM_DECODING)}"
-        )
+    name = engine_method(NAME, METHODS, method)
     if method != "draft_model":
-        return TRTLLM_DECODING[method]
+        return name
     if release is None:
         raise UnsupportedSpecError(
             "TensorRT-LLM's release is unknown (an image tag without one, or no tensorrt_llm "
@@ -132,6 +131,8 @@ class TRTLLMAdapter(EngineAdapter):
     """Adapter for TensorRT-LLM's ``trtllm-serve`` (PyTorch backend)."""
 
     kind = "trtllm"
+    name = NAME
+    methods = METHODS
     health_path = "/health"
     metrics_path = "/metrics"
     generate_path = "/v1/completions"

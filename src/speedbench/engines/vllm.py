@@ -21,8 +21,8 @@ from speedbench.engines.base import (
     LAUNCH_FILES_DIR,
     EngineAdapter,
     StreamEvent,
-    UnsupportedSpecError,
     console_script,
+    engine_method,
     load_chunk,
     register_engine,
     stream_error,
@@ -100,8 +100,9 @@ def cpu_vllm_engine(model: str, port: int = 8000, **overrides: Any) -> EngineCon
     return EngineConfig(**fields)
 
 
+NAME = "vLLM"
 # speedbench method -> vLLM SpeculativeConfig.method
-_VLLM_METHODS = {
+METHODS = {
     "ngram": "ngram",
     "draft_model": "draft_model",
     "eagle": "eagle",
@@ -117,10 +118,8 @@ def speculative_config(spec: SpecConfig) -> dict[str, Any] | None:
     """VLLM's ``--speculative-config`` mapping for ``spec`` (None for the baseline)."""
     if not spec.is_speculative:
         return None
-    if spec.method not in _VLLM_METHODS:
-        raise UnsupportedSpecError(f"vLLM has no SD method {spec.method!r}")
     cfg: dict[str, Any] = {
-        "method": _VLLM_METHODS[spec.method],
+        "method": engine_method(NAME, METHODS, spec.method),
         "num_speculative_tokens": spec.num_speculative_tokens,
     }
     if spec.draft_model:
@@ -137,6 +136,8 @@ class VLLMAdapter(EngineAdapter):
     """Adapter for vLLM's OpenAI-compatible server (GPU images and the CPU build alike)."""
 
     kind = "vllm"
+    name = NAME
+    methods = METHODS
     health_path = "/health"
     metrics_path = "/metrics"
     generate_path = "/v1/completions"

@@ -25,8 +25,8 @@ from speedbench import REPO_ROOT
 from speedbench.config import METHODS_NEEDING_DRAFT_MODEL, EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.engines.base import UnsupportedSpecError
-from speedbench.engines.sglang import NGRAM_WINDOWS_REMOVED, SGLANG_ALGORITHMS
-from speedbench.engines.vllm import _VLLM_METHODS, CPU_TOKEN_BUDGET, cpu_vllm_engine
+from speedbench.engines.sglang import NGRAM_WINDOWS_REMOVED
+from speedbench.engines.vllm import CPU_TOKEN_BUDGET, cpu_vllm_engine
 from speedbench.oracle.schedule import sglang_specs, vllm_spec
 from speedbench.run.plan import SGLANG_DETERMINISTIC
 
@@ -43,7 +43,7 @@ ENVIRONMENTS = {
     ("sglang", "0.5.5"): ROOT / ".venv-sglang" / "bin" / "python",
     ("sglang", "0.5.23"): ROOT / ".venv-sglang-0.5.23" / "bin" / "python",
 }
-METHODS = {"vllm": sorted(_VLLM_METHODS), "sglang": sorted(SGLANG_ALGORITHMS)}
+METHODS = {kind: sorted(get_engine(kind).methods) for kind in ("vllm", "sglang")}
 
 
 def engines(kind: str, python: str | None = None) -> dict[str, EngineConfig]:

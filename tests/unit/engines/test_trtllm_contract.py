@@ -21,7 +21,6 @@ from pydantic import ConfigDict, ValidationError, create_model
 from speedbench.config import METHODS_NEEDING_DRAFT_MODEL, EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.engines.base import UnsupportedSpecError
-from speedbench.engines.trtllm import TRTLLM_DECODING
 
 CONTRACT = json.loads((Path(__file__).parents[2] / "contracts" / "trtllm.json").read_text())
 TYPES = {"str": str, "int": int, "float": float}
@@ -56,7 +55,7 @@ CompletionRequest = create_model(
 
 def specs() -> list[SpecConfig]:
     out = [SpecConfig()]
-    for method in sorted(TRTLLM_DECODING):
+    for method in sorted(get_engine("trtllm").methods):
         draft = "/models/draft" if method in METHODS_NEEDING_DRAFT_MODEL else None
         out.append(SpecConfig(method=method, num_speculative_tokens=3, draft_model=draft))
     return out

@@ -23,9 +23,9 @@ from speedbench.pipeline.stages import stage_sweep
 from speedbench.provision.models import resolve_dtype, resolve_model
 from speedbench.records import read_parquet
 from speedbench.report.cross_engine import plot_category_al, render
-from speedbench.results import SweepSummary
 from speedbench.run.plan import sweep_items
 from speedbench.run.sweep import run_sweep
+from speedbench.sweep_summary import SweepSummary
 from speedbench.tokenize import PromptTokenizer
 
 

@@ -45,14 +45,15 @@ from speedbench.engines.base import EngineError
 from speedbench.engines.launchers import OpenEngine
 from speedbench.hostcheck.cpu import ENGINE_CPUS_ENV
 from speedbench.report.html import write_sweep_report
-from speedbench.results import SweepSummary
+from speedbench.run.hooks import GridPoint
 from speedbench.run.plan import (
     engine_config,
     per_config_forms,
     sweep_items,
 )
-from speedbench.run.sweep import GridPoint, form_grid, run_sweep
+from speedbench.run.sweep import form_grid, run_sweep
 from speedbench.sweep_config import SweepConfig
+from speedbench.sweep_summary import SweepSummary
 from tasks.summary import close_sweep, write_category_table
 from tasks.tracking import CONFIG_HASH_TAG, Tracker
 

@@ -17,7 +17,7 @@ from speedbench.config import load_params
 from speedbench.errors import finish
 from speedbench.oracle.run import read_oracle, read_speedup_model
 from speedbench.pipeline.stages import STAGES, stage_sweep, write_stage_metrics
-from speedbench.results import SweepSummary
+from speedbench.sweep_summary import SweepSummary
 
 
 def main(argv: list[str] | None = None) -> int:

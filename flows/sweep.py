@@ -32,11 +32,12 @@ from speedbench.oracle.run import (
 )
 from speedbench.pipeline.stages import stage_sweep
 from speedbench.report.html import REPORT_FILES
-from speedbench.results import SummaryRow, SweepSummary
+from speedbench.run.hooks import GridPoint, SweepHooks, finished_on_disk, stamp_identity
 from speedbench.run.level import LevelResult, validate_items
 from speedbench.run.plan import dataset_revision, sweep_items
-from speedbench.run.sweep import GridPoint, SweepHooks, finished_on_disk, run_sweep, stamp_identity
+from speedbench.run.sweep import run_sweep
 from speedbench.sweep_config import SweepConfig
+from speedbench.sweep_summary import SummaryRow, SweepSummary
 from speedbench.tokenize import PromptTokenizer
 from tasks.engine import start_engine
 from tasks.level import LEVEL_ARTIFACTS, log_failure, log_level, run_level

@@ -14,8 +14,9 @@ from prefect.cache_policies import NO_CACHE
 
 from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.engines.running import RunningEngine
-from speedbench.results import SummaryRow, load_key, tracking_scalars
+from speedbench.results import tracking_scalars
 from speedbench.run.level import LevelResult, measure_level
+from speedbench.sweep_summary import SummaryRow, load_key
 from speedbench.tokenize import PromptTokenizer
 from tasks.tracking import Tracker
 

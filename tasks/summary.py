@@ -8,7 +8,8 @@ import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from speedbench.results import CATEGORY_NAMESPACE, SweepSummary
+from speedbench.results import CATEGORY_NAMESPACE
+from speedbench.sweep_summary import SweepSummary
 from tasks.tracking import Tracker
 
 CATEGORY_FIGURE = "al_speed_bench_request_mean"

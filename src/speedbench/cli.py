@@ -301,7 +301,7 @@ def _tune(args: argparse.Namespace) -> Any:
         except (ValueError, FileNotFoundError) as exc:
             raise ConfigError(f"{sweep}: cannot refit the speedup model: {exc}") from None
         from speedbench.report.plots import write_plots
-        from speedbench.results import SweepSummary
+        from speedbench.sweep_summary import SweepSummary
 
         write_plots(SweepSummary.read(sweep / "summary.json"), sweep / "plots")
     model = read_speedup_model(sweep)

@@ -79,7 +79,7 @@ def write(path: Path, text: str) -> Path:
 
 @case("results-of-another-schema")
 def _(tmp, url):
-    from speedbench.results import SweepSummary
+    from speedbench.sweep_summary import SweepSummary
 
     old = write(tmp / "summary.json", json.dumps({"levels": [], "status": "finished"}))
     return message(lambda: SweepSummary.read(old))

@@ -12,8 +12,8 @@ from speedbench.config import (
     load_config,
     load_params,
 )
-from speedbench.results import SummaryRow, summarize_sweep
 from speedbench.sweep_config import SweepConfig
+from speedbench.sweep_summary import SummaryRow, summarize_sweep
 
 BAD_CONFIGS = [
     # (model, data, expected fragment of the one-line message)
@@ -309,7 +309,7 @@ def test_a_prompt_file_is_measured_as_a_split_named_after_it(tmp_path):
 
 
 def test_break_even_model_exact_values():
-    from speedbench.results import break_even
+    from speedbench.sweep_summary import break_even
 
     rows = [
         _row("none", output_throughput_tok_s=4.0, tpot_p50_s=0.3),

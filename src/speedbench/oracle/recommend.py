@@ -47,15 +47,8 @@ from speedbench.oracle.steptime import (
     robust_lstsq,
 )
 from speedbench.records import RequestRecord, measured, read_parquet
-from speedbench.results import (
-    SCHEMA_VERSION,
-    Figure,
-    Interval,
-    Result,
-    SummaryRow,
-    SweepSummary,
-    finite,
-)
+from speedbench.results import SCHEMA_VERSION, Figure, Interval, Result, finite
+from speedbench.sweep_summary import SummaryRow, SweepSummary
 
 # A recommendation of k needs a predicted gain over SD off of at least this much; below it,
 # run without SD (a 1 % gain is inside any host's run-to-run spread).

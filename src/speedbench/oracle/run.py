@@ -55,8 +55,9 @@ from speedbench.oracle.schedule import engine_schedules
 from speedbench.oracle.variants import PrunedVocab, draft_variants, pruned_vocab
 from speedbench.provision.models import resolve_dtype
 from speedbench.records import read_parquet
-from speedbench.results import ConfigFailure, LevelMetrics, SummaryRow, SweepSummary, write_json
+from speedbench.results import LevelMetrics, write_json
 from speedbench.sweep_config import SweepConfig
+from speedbench.sweep_summary import ConfigFailure, SummaryRow, SweepSummary
 
 log = logging.getLogger(__name__)
 

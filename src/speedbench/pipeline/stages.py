@@ -20,8 +20,9 @@ from typing import Any
 from speedbench.config import METHODS_NEEDING_DRAFT_MODEL, ConfigError, load_config
 from speedbench.oracle.predict import OracleK, OracleLevel, average_al
 from speedbench.oracle.recommend import SpeedupModel
-from speedbench.results import SCHEMA_VERSION, SummaryRow, SweepSummary, view_summaries
+from speedbench.results import SCHEMA_VERSION
 from speedbench.sweep_config import SweepConfig
+from speedbench.sweep_summary import SummaryRow, SweepSummary, view_summaries
 
 ACCEPTANCE_FILE = "acceptance.json"
 PROVENANCE_FILE = "provenance.json"

@@ -18,7 +18,7 @@ from typing import Any
 
 from speedbench.metrics.lossless import lossless_check
 from speedbench.records import RequestRecord
-from speedbench.results import SummaryRow, SweepSummary
+from speedbench.sweep_summary import SummaryRow, SweepSummary
 
 
 def _fmt(v: Any, spec: str = ".2f") -> str:

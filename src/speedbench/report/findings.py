@@ -16,7 +16,7 @@ from pathlib import Path
 
 from speedbench.oracle.predict import OracleLevel, average_al
 from speedbench.oracle.run import read_oracle
-from speedbench.results import SummaryRow, SweepSummary
+from speedbench.sweep_summary import SummaryRow, SweepSummary
 
 FINDINGS_K = 3  # the paper's draft length
 HEAD = ["| finding | SPEED-Bench | this host | verdict |", "|---|---|---|---|"]

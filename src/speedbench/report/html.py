@@ -27,7 +27,8 @@ from speedbench.oracle.predict import OracleLevel
 from speedbench.oracle.run import read_oracle, read_speedup_model
 from speedbench.report.interactive import al_heatmap, figures_html, oracle_curves, speedup_curves
 from speedbench.report.text import host_line, load_sweeps, lossless_verdict, render, report_plots
-from speedbench.results import CategoryAL, Figure, SweepSummary
+from speedbench.results import CategoryAL, Figure
+from speedbench.sweep_summary import SweepSummary
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }

@@ -19,7 +19,8 @@ from typing import Any
 
 from speedbench.oracle.predict import OracleLevel
 from speedbench.oracle.recommend import SpeedupModel
-from speedbench.results import CategoryAL, SweepSummary
+from speedbench.results import CategoryAL
+from speedbench.sweep_summary import SweepSummary
 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from speedbench.oracle.predict import OracleLevel
     from speedbench.oracle.recommend import SpeedupModel
-    from speedbench.results import SummaryRow, SweepSummary
+    from speedbench.sweep_summary import SummaryRow, SweepSummary
 
 
 def _name(row: SummaryRow, many_splits: bool) -> str:

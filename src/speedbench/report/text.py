@@ -16,7 +16,7 @@ from speedbench.hostcheck.cpu import format_kernel_caps
 from speedbench.oracle.run import read_oracle, read_speedup_model
 from speedbench.report.findings import FINDINGS_NOTE, findings_table
 from speedbench.report.oracle import render_oracle, render_speedup
-from speedbench.results import SummaryRow, SweepSummary
+from speedbench.sweep_summary import SummaryRow, SweepSummary
 
 STAGE_DIRS = ("qualitative", "throughput")
 VIEWS_NOTE = (

@@ -31,7 +31,7 @@ from speedbench.oracle.recommend import (
     check_level,
 )
 from speedbench.records import measured, read_parquet
-from speedbench.results import SummaryRow, SweepSummary, with_speedup
+from speedbench.sweep_summary import SummaryRow, SweepSummary, with_speedup
 
 # Measures one SD config at some batch sizes of one split: (spec, split, batch sizes) -> grid.
 MeasureGrid = Callable[[SpecConfig, str, Sequence[int]], SweepSummary]

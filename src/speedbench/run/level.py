@@ -33,8 +33,9 @@ from speedbench.hostcheck.cpu import format_cpu_list, keep_off
 from speedbench.metrics.goodput import LatencyObjectives
 from speedbench.metrics.summary import summarize_level
 from speedbench.records import RecordSink, RequestRecord, write_parquet
-from speedbench.results import LevelMetrics, StaleResults, finite, load_key, write_json
+from speedbench.results import LevelMetrics, StaleResults, finite, write_json
 from speedbench.secrets import redacted_engine
+from speedbench.sweep_summary import load_key
 from speedbench.tokenize import PromptTokenizer, check_token_ids
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ This is the one loop that measures a grid. The CLI (``speedbench sweep``), the P
 The runner owns what must be the same everywhere:
 
 - the order (the no-SD baseline first, so speedups are known as SD levels land);
-- the speedup formula (:func:`speedbench.results.with_speedup`);
+- the speedup formula (:func:`speedbench.sweep_summary.with_speedup`);
 - the failure path: an engine that fails to start or dies is a :class:`ConfigFailure`, the
   levels it did not reach are reported to ``level_failed``, and the next config runs;
 - Ctrl-C: the engine is stopped, ``summary.json`` is written with status ``killed`` and the
@@ -30,8 +30,6 @@ Output layout under ``out_dir``::
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -41,7 +39,7 @@ from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineError, get_engine
 from speedbench.engines.launchers import OpenEngine, check_available
-from speedbench.engines.running import RunningEngine, engine_environment, passed_env
+from speedbench.engines.running import engine_environment, passed_env
 from speedbench.hostcheck.cpu import cpu_info
 from speedbench.metrics.lossless import lossless_check
 from speedbench.oracle.predict import OracleLevel
@@ -50,20 +48,18 @@ from speedbench.provision.models import engine_weights
 from speedbench.records import read_parquet
 from speedbench.report.html import write_sweep_report
 from speedbench.report.plots import write_plots
-from speedbench.results import (
-    ConfigFailure,
-    LosslessFigures,
-    SummaryRow,
-    SweepSummary,
-    break_even,
-    finite,
-    load_key,
-    speedup_key,
-    summarize_sweep,
-    with_speedup,
-)
+from speedbench.results import LosslessFigures, finite
 from speedbench.run.best_k import recommendation_verdicts, with_best_k
-from speedbench.run.level import LevelResult, load_level, measure_level, validate_items
+from speedbench.run.hooks import (
+    DiskResume,
+    GridPoint,
+    Identity,
+    PerCategory,
+    SweepHooks,
+    default_identity,
+    stamp_identity,
+)
+from speedbench.run.level import LevelResult, validate_items
 from speedbench.run.plan import (
     check_concurrency,
     check_specs,
@@ -74,148 +70,19 @@ from speedbench.run.plan import (
     sweep_prompts,
 )
 from speedbench.sweep_config import SweepConfig
+from speedbench.sweep_summary import (
+    ConfigFailure,
+    SummaryRow,
+    SweepSummary,
+    break_even,
+    load_key,
+    speedup_key,
+    summarize_sweep,
+    with_speedup,
+)
 from speedbench.tokenize import PromptTokenizer
 
 log = logging.getLogger(__name__)
-
-IDENTITY_FILE = "identity.json"
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class GridPoint:
-    """One level of the grid: where its results go and what defines it.
-
-    A closed-loop level has ``batch_size`` streams; an open-loop one a ``request_rate``, with
-    the sweep's concurrency cap as its ``batch_size`` (0: uncapped).
-    """
-
-    spec: SpecConfig
-    split: str
-    batch_size: int
-    directory: Path
-    identity: dict[str, Any]
-    request_rate: float | None = None
-    per_category: int | None = None  # the level's prompts per category (None: the split's all)
-
-    @property
-    def load(self) -> str:
-        """The load point, ``bs<N>`` or ``rate<R>``: the level's folder and its name's end."""
-        return load_key(self.batch_size, self.request_rate)
-
-    @property
-    def name(self) -> str:
-        """``<config> <split> bs<N>`` (or ``rate<R>``), as runs and log lines are named."""
-        return f"{self.spec.label} {self.split} {self.load}"
-
-    @property
-    def identity_hash(self) -> str:
-        """A short stable hash of the identity (MLflow tag, resume key)."""
-        return config_hash(self.identity)
-
-
-def config_hash(identity: dict[str, Any]) -> str:
-    """A short stable hash of a configuration identity."""
-    blob = json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
-
-
-class SweepHooks:
-    """What an entry point adds to the runner. The defaults measure in-process, track nothing.
-
-    Subclasses override the steps they wrap (the Prefect flow runs ``start_engine`` and
-    ``run_level`` as tasks) and the events they record (``level_done`` and ``level_failed``
-    log MLflow runs). ``resumed`` returns a level measured before to keep instead of
-    re-measuring it.
-    """
-
-    def resumed(self, point: GridPoint) -> LevelResult | None:
-        """A finished earlier measurement of ``point`` to keep (None: measure it)."""
-        return None
-
-    def start_engine(self, engine: EngineConfig, spec: SpecConfig, log_path: Path) -> OpenEngine:
-        """Launch the engine for one SD config (healthy and warmed up)."""
-        return OpenEngine(engine, spec, log_path)
-
-    def run_level(
-        self,
-        running: RunningEngine,
-        items: Sequence[WorkItem],
-        settings: LoadSettings,
-        tokenizer: PromptTokenizer | None,
-        directory: Path,
-    ) -> LevelResult:
-        """Measure one level; its records are on disk as they arrive."""
-        return measure_level(running, items, settings, tokenizer, directory)
-
-    def engine_version(self, handle: OpenEngine) -> str:
-        """The started engine's version, recorded with the sweep's provenance."""
-        return handle.running.version()
-
-    def level_done(self, point: GridPoint, level: LevelResult, row: SummaryRow) -> None:
-        """A level was measured (``level.failed`` says whether the engine died during it)."""
-
-    def level_failed(self, point: GridPoint, error: str, log_path: Path) -> None:
-        """A level could not be measured because its config's engine failed."""
-
-
-class DiskResume(SweepHooks):
-    """Keep levels already on disk whose identity matches and whose engine did not fail."""
-
-    def resumed(self, point: GridPoint) -> LevelResult | None:
-        """The level on disk, if it was finished with the same identity."""
-        kept = finished_on_disk(point)
-        if kept is not None:
-            print(f"skip {point.name}: measured earlier with the same settings ({kept.directory})")
-        return kept
-
-
-def finished_on_disk(point: GridPoint) -> LevelResult | None:
-    """The level measured earlier at ``point``, if its identity matches and it did not fail."""
-    stamp = point.directory / IDENTITY_FILE
-    if not stamp.exists() or json.loads(stamp.read_text()).get("hash") != point.identity_hash:
-        return None
-    level = load_level(
-        point.directory, point.spec.label, point.split, point.batch_size, point.request_rate
-    )
-    return level if level is not None and not level.failed else None
-
-
-def stamp_identity(point: GridPoint) -> None:
-    """Write what defines the level into its folder (the disk half of the resume key)."""
-    point.directory.mkdir(parents=True, exist_ok=True)
-    stamp = {"hash": point.identity_hash, "identity": point.identity}
-    (point.directory / IDENTITY_FILE).write_text(json.dumps(stamp, indent=2, sort_keys=True))
-
-
-# What defines a level: (SD config, split, batch size, request rate) -> identity.
-Identity = Callable[[SpecConfig, str, int, float | None], dict[str, Any]]
-# Prompts per category a level measures: (batch size, request rate) -> count (None: all).
-PerCategory = Callable[[int, float | None], int | None]
-
-
-def default_identity(engine: EngineConfig, settings: LoadSettings) -> Identity:
-    """An identity from the engine, the SD config, the split, the load point and the settings."""
-
-    def identity(
-        spec: SpecConfig, split: str, batch_size: int, request_rate: float | None
-    ) -> dict[str, Any]:
-        ident = {
-            "engine": engine.kind,
-            "launcher": engine.launcher,
-            "model": engine.model,
-            "dtype": engine.dtype,
-            "spec": spec.model_dump(),
-            "split": split,
-            "batch_size": batch_size,
-            "output_len": settings.max_tokens,
-            "temperature": settings.temperature,
-            "seed": settings.seed,
-        }
-        if request_rate is not None:
-            ident["request_rate"] = request_rate
-        return ident
-
-    return identity
 
 
 def run_sweep(

@@ -22,7 +22,7 @@ from speedbench.data.qualitative import SPLIT_COLUMNS
 from speedbench.data.speed_bench import PLACEHOLDER
 from speedbench.engines.local import free_port
 from speedbench.records import read_parquet
-from speedbench.results import SweepSummary
+from speedbench.sweep_summary import SweepSummary
 
 # A whole CLI job, two engine launches: `make test-e2e` (in .ci/run), not make test.
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]

@@ -40,7 +40,8 @@ from speedbench.engines.vllm import cpu_vllm_engine
 from speedbench.hostcheck.cpu import ENGINE_CPUS_ENV
 from speedbench.records import read_parquet
 from speedbench.results import LevelMetrics
-from speedbench.run.sweep import SweepHooks, run_grid
+from speedbench.run.hooks import SweepHooks
+from speedbench.run.sweep import run_grid
 from speedbench.tokenize import PromptTokenizer
 
 pytestmark = pytest.mark.integration

@@ -180,7 +180,7 @@ def test_the_cli_runs_the_same_sweep_to_the_same_summary(swept, tmp_path, capsys
     need the baseline in the same sweep.
     """
     from speedbench.cli import main
-    from speedbench.results import SweepSummary
+    from speedbench.sweep_summary import SweepSummary
 
     flow_summary, _, config, _ = swept
     tracking = {"tracking_uri", "experiment"}  # `speedbench sweep` tracks nothing

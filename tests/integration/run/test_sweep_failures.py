@@ -12,7 +12,7 @@ import pytest
 
 from speedbench.cli import main
 from speedbench.engines.local import free_port
-from speedbench.results import SweepSummary
+from speedbench.sweep_summary import SweepSummary
 
 pytestmark = pytest.mark.integration
 

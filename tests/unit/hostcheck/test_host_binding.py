@@ -23,7 +23,7 @@ from speedbench.hostcheck.cpu import (
     parse_cpu_list,
 )
 from speedbench.report.text import host_line
-from speedbench.results import SweepSummary
+from speedbench.sweep_summary import SweepSummary
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,8 @@ from speedbench.metrics.views import (
     stream_view,
 )
 from speedbench.records import RequestRecord
-from speedbench.results import LevelMetrics, SummaryRow, finite
+from speedbench.results import LevelMetrics, finite
+from speedbench.sweep_summary import SummaryRow
 
 K = 3
 

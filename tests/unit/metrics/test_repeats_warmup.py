@@ -219,7 +219,7 @@ def test_a_rate_only_sweep_with_a_gamma_cap_and_slos_is_a_valid_form():
 
 def test_the_throughput_table_compares_goodput_at_equal_slos_when_the_sweep_set_them():
     from speedbench.report.text import throughput_table
-    from speedbench.results import SummaryRow, SweepSummary
+    from speedbench.sweep_summary import SummaryRow, SweepSummary
 
     figures = {"split": "q", "batch_size": 1, "per_user_tok_s": 1.0, "error_rate": 0.0}
     figures |= {"output_throughput_tok_s": 2.0, "ttft_p50_s": 0.1, "tpot_p50_s": 0.3}

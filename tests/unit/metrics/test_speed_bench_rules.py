@@ -116,7 +116,7 @@ def test_categories_take_the_mean_of_their_questions_as_specdec_bench_does():
 def test_questions_sent_on_fewer_turns_than_the_split_has_are_flagged():
     from speedbench.data.prompts import PromptRow
     from speedbench.report.text import fewer_turns_note
-    from speedbench.results import SummaryRow, SweepSummary
+    from speedbench.sweep_summary import SummaryRow, SweepSummary
 
     row = PromptRow(question_id="q", category="a", turns=["first?", "second?"])
     assert row.work_item(first_turn_only=True).on_fewer_turns
@@ -132,7 +132,8 @@ def test_questions_sent_on_fewer_turns_than_the_split_has_are_flagged():
 
 def test_the_report_says_when_greedy_sd_was_not_lossless_on_this_dtype():
     from speedbench.report.text import lossless_verdict
-    from speedbench.results import LosslessFigures, SummaryRow, SweepSummary
+    from speedbench.results import LosslessFigures
+    from speedbench.sweep_summary import SummaryRow, SweepSummary
 
     def level(matched):
         return SummaryRow(

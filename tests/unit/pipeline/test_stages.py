@@ -21,7 +21,7 @@ from speedbench.pipeline.stages import (
 )
 from speedbench.report.oracle import render_speedup
 from speedbench.report.text import render
-from speedbench.results import SweepSummary
+from speedbench.sweep_summary import SweepSummary
 
 PARAMS = {
     "models": {"target": "t", "draft": "d", "dtype": "float32"},

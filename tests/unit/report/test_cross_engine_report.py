@@ -6,7 +6,7 @@ from tests.summaries import views
 
 from speedbench.records import RequestRecord
 from speedbench.report.cross_engine import agreement_table, category_table, overall_table, render
-from speedbench.results import SummaryRow, SweepSummary
+from speedbench.sweep_summary import SummaryRow, SweepSummary
 
 
 def row(config, tok_s, **acceptance):

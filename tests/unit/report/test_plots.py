@@ -1,5 +1,5 @@
 from speedbench.report.plots import write_plots
-from speedbench.results import SweepSummary
+from speedbench.sweep_summary import SweepSummary
 
 COMMON = {"split": "qualitative", "error_rate": 0.0, "ttft_p50_s": 0.1, "tpot_p50_s": 0.3}
 LEVELS = {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from speedbench.config import SpecConfig
 from speedbench.oracle.recommend import SpeedupCurve, SpeedupModel, StepCostFigures
-from speedbench.results import SummaryRow, SweepSummary
 from speedbench.run.best_k import pending, with_best_k
+from speedbench.sweep_summary import SummaryRow, SweepSummary
 
 
 def _row(config: str, bs: int, tok_s: float, method: str = "none", k: int = 0) -> SummaryRow:

@@ -9,10 +9,10 @@ from tests.unit.run.test_sweep_runner import FakeEngine
 from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import ConfigError, EngineConfig, SpecConfig, load_config
 from speedbench.report.text import category_table
-from speedbench.results import SummaryRow, SweepSummary
 from speedbench.run.plan import config_identity, engine_config, first_per_category
 from speedbench.run.sweep import run_grid
 from speedbench.sweep_config import SweepConfig
+from speedbench.sweep_summary import SummaryRow, SweepSummary
 
 # Three categories, three questions each, interleaved as select_prompts orders them.
 ITEMS = [WorkItem(f"{c}{i}", c, ("q",)) for i in range(3) for c in "abc"]

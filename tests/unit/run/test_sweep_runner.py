@@ -14,9 +14,11 @@ from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineError
 from speedbench.errors import finish
-from speedbench.results import LevelMetrics, SweepSummary
+from speedbench.results import LevelMetrics
+from speedbench.run.hooks import DiskResume, SweepHooks
 from speedbench.run.level import LevelResult
-from speedbench.run.sweep import DiskResume, SweepHooks, run_grid
+from speedbench.run.sweep import run_grid
+from speedbench.sweep_summary import SweepSummary
 
 NONE = SpecConfig()
 NGRAM = SpecConfig(method="ngram", num_speculative_tokens=3)

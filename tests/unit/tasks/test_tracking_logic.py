@@ -4,7 +4,7 @@ import pytest
 from pydantic import ValidationError
 
 from speedbench.results import LevelMetrics, tracking_scalars
-from speedbench.run.sweep import config_hash
+from speedbench.run.hooks import config_hash
 from speedbench.secrets import REDACTED, redact, redact_args
 from tasks.tracking import flatten
 

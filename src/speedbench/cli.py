@@ -285,6 +285,31 @@ def _oracle(args: argparse.Namespace) -> Any:
     return level
 
 
+def _oracle_sampled(args: argparse.Namespace) -> Any:
+    from speedbench.oracle.sampled import render_sampled, run_sampled_oracle
+    from speedbench.results import write_json
+
+    baseline = Path(args.baseline)
+    if not (baseline / "records.parquet").exists():
+        raise ConfigError(f"{baseline}: no records.parquet (give a measured baseline level)")
+    dtype = resolve_dtype(args.dtype)
+    try:
+        oracle = run_sampled_oracle(
+            baseline,
+            resolve_model(args.target, dtype=dtype),
+            resolve_model(args.draft, dtype=dtype),
+            dtype,
+            list(range(1, args.max_k + 1)),
+            [Path(m) for m in args.measured],
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    out = Path(args.out) if args.out else baseline / "oracle-sampled.json"
+    write_json(out, oracle.model_dump(mode="json"))
+    print("\n".join(render_sampled(oracle)) + f"\nwrote {out}")
+    return oracle
+
+
 def _tune(args: argparse.Namespace) -> Any:
     from speedbench.engines.base import UnsupportedSpecError
     from speedbench.oracle.run import read_speedup_model
@@ -337,6 +362,7 @@ def _tune(args: argparse.Namespace) -> Any:
 
 def _plan(args: argparse.Namespace) -> Any:
     from speedbench.run.dryrun import format_plans, sweep_launch_plans
+    from speedbench.run.plan import engine_config, sampling_caveat
 
     fields = read_config_file(args.config) if args.config else {}
     fields.update(flags_given(args, SweepConfig))
@@ -349,6 +375,9 @@ def _plan(args: argparse.Namespace) -> Any:
         "folders at launch."
     )
     print(format_plans(plans))
+    engine = engine_config(config, config.model)
+    if caveat := sampling_caveat(engine, config.spec_configs(), config.protocol.temperature):
+        print(f"# warning: {caveat}")
     return plans
 
 
@@ -584,6 +613,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     oc.add_argument("--out", help="oracle JSON (default: <baseline>/oracle-<drafter>.json)")
     oc.set_defaults(func=_oracle)
+
+    os_ = sub.add_parser(
+        "oracle-sampled",
+        help="predict acceptance at temperature > 0 from a sampled baseline level",
+        description="Teacher-force the target and the draft along a no-SD level's answers "
+        "sampled at T > 0 and predict SPEED-Bench's AL for every k under speculative sampling, "
+        "for a greedy draft (vLLM's default) and a probabilistic one; --measured checks SD "
+        "levels at the same temperature on the same questions (docs/oracle.md).",
+    )
+    os_.add_argument("--baseline", required=True, help="a no-SD level sampled at T > 0")
+    os_.add_argument("--target", required=True, help="the target (packaged name or local folder)")
+    os_.add_argument("--draft", required=True, help="the draft (packaged name or local folder)")
+    os_.add_argument("--dtype", default="auto", choices=DTYPES, help=DTYPE_HELP)
+    os_.add_argument("--max-k", type=int, default=6, choices=range(1, 17), metavar="1..16",
+                     help="predict k = 1..max-k (default 6)")  # fmt: skip
+    os_.add_argument("--measured", nargs="*", default=[], help="SD level folders to check")
+    os_.add_argument("--out", help="JSON (default: <baseline>/oracle-sampled.json)")
+    os_.set_defaults(func=_oracle_sampled)
 
     tn = sub.add_parser(
         "tune",

@@ -21,7 +21,7 @@ measured steps differ from the predicted ones, and the difference is the engine'
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,44 +76,35 @@ def _batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
     return batches
 
 
-def teacher_forced_matches(
+def answer_logits(
     model: Any,
     prompts: Sequence[Sequence[int]],
     answers: Sequence[Sequence[int]],
     *,
-    kept: Mapping[int, Sequence[int]] | None = None,
     tokens_per_batch: int = TOKENS_PER_BATCH,
     show_progress: bool = True,
-) -> DraftPass:
-    """For each request, ``matches[i]``: the draft's argmax before answer token i equals it.
+    desc: str = "draft teacher-forced pass",
+) -> Iterator[tuple[int, Any]]:
+    """``(i, logits)`` for every request with an answer, teacher-forced.
 
-    ``matches[0]`` (the prefill's token, never drafted) is whether the draft would have picked
-    the target's first token too; the step model ignores it. ``kept`` maps a pruned
-    vocabulary's size to its token ids; the pass then also says where the argmax over each
-    matched (``pruned``). The answer tokens' ranks come with every pass.
+    ``logits`` (float32) predict each answer token of request ``i`` from the prompt and the
+    answer before it. Requests come in an order fixed by their lengths alone, so two models'
+    passes over the same requests yield them in the same order (and can be zipped).
+
+    Raises:
+        ValueError: Prompts and answers differ in number, or a prompt is empty.
     """
     import torch
-
-    masks = {n: torch.tensor(sorted(ids), dtype=torch.long) for n, ids in (kept or {}).items()}
-    ranks: list[list[int]] = [[] for _ in prompts]
-    pruned: dict[int, list[list[bool]]] = {n: [[] for _ in prompts] for n in masks}
 
     if len(prompts) != len(answers):
         raise ValueError(f"{len(prompts)} prompts but {len(answers)} answers")
     lengths = [len(p) + len(a) for p, a in zip(prompts, answers, strict=True)]
-    matches: list[list[bool]] = [[] for _ in prompts]
-    started = time.perf_counter()
     head = model.get_output_embeddings()
     body = model.get_decoder()
     todo = [b for b in _batches(lengths, tokens_per_batch) if lengths[b[0]]]
     with (
         torch.inference_mode(),
-        tqdm(
-            total=sum(lengths),
-            unit="tok",
-            desc="draft teacher-forced pass",
-            disable=not show_progress,
-        ) as bar,
+        tqdm(total=sum(lengths), unit="tok", desc=desc, disable=not show_progress) as bar,
     ):
         for batch in todo:
             width = max(lengths[i] for i in batch)
@@ -135,17 +126,47 @@ def teacher_forced_matches(
                     raise ValueError(
                         "a request with an empty prompt has no prediction for its first token"
                     )
-                logits = head(hidden[row, first : first + n]).float()
-                predicted = logits.argmax(dim=-1).tolist()
-                matches[i] = [p == t for p, t in zip(predicted, answers[i], strict=True)]
-                target = torch.tensor(answers[i], dtype=torch.long)
-                ranks[i] = answer_ranks(logits, target).tolist()
-                for size, ids in masks.items():
-                    best = ids[logits[:, ids].argmax(dim=-1)]
-                    pruned[size][i] = (best == target).tolist()
+                yield i, head(hidden[row, first : first + n]).float()
             bar.update(sum(lengths[i] for i in batch))
+
+
+def teacher_forced_matches(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    answers: Sequence[Sequence[int]],
+    *,
+    kept: Mapping[int, Sequence[int]] | None = None,
+    tokens_per_batch: int = TOKENS_PER_BATCH,
+    show_progress: bool = True,
+) -> DraftPass:
+    """For each request, ``matches[i]``: the draft's argmax before answer token i equals it.
+
+    ``matches[0]`` (the prefill's token, never drafted) is whether the draft would have picked
+    the target's first token too; the step model ignores it. ``kept`` maps a pruned
+    vocabulary's size to its token ids; the pass then also says where the argmax over each
+    matched (``pruned``). The answer tokens' ranks come with every pass.
+    """
+    import torch
+
+    masks = {n: torch.tensor(sorted(ids), dtype=torch.long) for n, ids in (kept or {}).items()}
+    ranks: list[list[int]] = [[] for _ in prompts]
+    pruned: dict[int, list[list[bool]]] = {n: [[] for _ in prompts] for n in masks}
+    matches: list[list[bool]] = [[] for _ in prompts]
+    started = time.perf_counter()
+    passes = answer_logits(
+        model, prompts, answers, tokens_per_batch=tokens_per_batch, show_progress=show_progress
+    )
+    for i, logits in passes:
+        predicted = logits.argmax(dim=-1).tolist()
+        matches[i] = [p == t for p, t in zip(predicted, answers[i], strict=True)]
+        target = torch.tensor(answers[i], dtype=torch.long)
+        ranks[i] = answer_ranks(logits, target).tolist()
+        for size, ids in masks.items():
+            best = ids[logits[:, ids].argmax(dim=-1)]
+            pruned[size][i] = (best == target).tolist()
     seconds = time.perf_counter() - started
-    return DraftPass(matches, seconds, sum(lengths), ranks, pruned)
+    tokens = sum(len(p) + len(a) for p, a in zip(prompts, answers, strict=True))
+    return DraftPass(matches, seconds, tokens, ranks, pruned)
 
 
 def answer_ranks(logits: Any, target: Any) -> Any:

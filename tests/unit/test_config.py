@@ -366,9 +366,9 @@ def test_flat_names_and_sections_give_the_same_form():
     assert SweepConfig.section_of("batch_sizes") == "load"
     assert SweepConfig.section_of("methods") is None
     # A section passed as a model counts only what it was given.
-    from speedbench.sweep_config import EngineSection
+    from speedbench.config import EngineSettings
 
-    mixed = SweepConfig(engine=EngineSection(kind="sglang"), port=9000)
+    mixed = SweepConfig(engine=EngineSettings(kind="sglang"), port=9000)
     assert (mixed.engine.kind, mixed.engine.port) == ("sglang", 9000)
 
 

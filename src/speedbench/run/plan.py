@@ -150,7 +150,7 @@ def engine_config(sweep: SweepConfig, target: str) -> EngineConfig:
     ``benchmarks/dtype.py``) and gives other numerics than the provisioned weights.
     """
     engine = sweep.engine
-    where: dict[str, Any] = engine.model_dump(exclude={"kind"})
+    where: dict[str, Any] = engine.model_dump()
     protocol = sweep.protocol
     if engine.kind == "sglang" and protocol.temperature > 0:
         # SGLang samples with a request's sampling_seed (the sweep's seed) only under
@@ -162,8 +162,8 @@ def engine_config(sweep: SweepConfig, target: str) -> EngineConfig:
     if engine.kind == "llamacpp" and engine.launcher != "external":
         # The same context limit as the CPU vLLM's: llama.cpp would size its KV cache for the
         # model's whole trained context (32k tokens for the Qwen pair).
-        return EngineConfig(kind="llamacpp", model=target, max_model_len=CPU_CONTEXT, **where)
-    return EngineConfig(kind=engine.kind, model=target, **where)
+        return EngineConfig(model=target, max_model_len=CPU_CONTEXT, **where)
+    return EngineConfig(model=target, **where)
 
 
 def check_specs(engine: EngineConfig, specs: Sequence[SpecConfig]) -> None:

@@ -30,13 +30,13 @@ from pathlib import Path
 
 import numpy as np
 
-from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.client.run import run_load
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.engines.local import free_port
 from speedbench.provision.models import provision
 from speedbench.testing.synthetic import SyntheticOptions, serve_in_subprocess
+from speedbench.workload import LoadSettings, WorkItem
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINE_PY = ROOT / ".venv-engine" / "bin" / "python"

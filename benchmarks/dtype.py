@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 
-from speedbench.client.loadgen import LoadSettings
 from speedbench.client.run import run_load
 from speedbench.config import SpecConfig
 from speedbench.data.prompts import mtbench_prompts
@@ -18,6 +17,7 @@ from speedbench.engines.vllm import cpu_vllm_engine
 from speedbench.metrics.latency import summarize_load
 from speedbench.provision.models import provision
 from speedbench.tokenize import PromptTokenizer
+from speedbench.workload import LoadSettings
 
 
 def main() -> None:

@@ -15,7 +15,6 @@ import argparse
 import json
 from pathlib import Path
 
-from speedbench.client.loadgen import LoadSettings
 from speedbench.config import SpecConfig
 from speedbench.data.prompts import mtbench_prompts
 from speedbench.engines.launchers import engine_session
@@ -25,6 +24,7 @@ from speedbench.hostcheck.cpu import cpu_info
 from speedbench.provision.models import provision
 from speedbench.run.level import measure_level
 from speedbench.tokenize import PromptTokenizer
+from speedbench.workload import LoadSettings
 
 MODELS = ("qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct")
 

@@ -25,7 +25,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from speedbench.client.loadgen import LoadSettings
 from speedbench.config import SpecConfig
 from speedbench.engines.launchers import engine_session
 from speedbench.engines.local import free_port
@@ -35,6 +34,7 @@ from speedbench.provision.models import provision, resolve_dtype
 from speedbench.run.level import measure_level
 from speedbench.run.plan import load_split, select_prompts
 from speedbench.tokenize import PromptTokenizer
+from speedbench.workload import LoadSettings
 
 PROTOCOLS = {"fixed": (True, True), "speed_bench": (False, False)}  # ignore_eos, first turn only
 

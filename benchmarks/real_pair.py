@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from speedbench.client.loadgen import LoadSettings
 from speedbench.config import SpecConfig
 from speedbench.data.prompts import mtbench_prompts
 from speedbench.engines.local import free_port
@@ -19,6 +18,7 @@ from speedbench.engines.vllm import cpu_vllm_engine
 from speedbench.provision.models import provision, resolve_dtype
 from speedbench.run.sweep import run_grid
 from speedbench.tokenize import PromptTokenizer
+from speedbench.workload import LoadSettings
 
 CATEGORIES = ("coding", "math", "writing", "reasoning", "stem", "humanities")
 

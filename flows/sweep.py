@@ -18,7 +18,6 @@ from pathlib import Path
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import EngineConfig, SpecConfig, load_params
 from speedbench.engines.launchers import OpenEngine
 from speedbench.engines.running import RunningEngine
@@ -39,6 +38,7 @@ from speedbench.run.sweep import run_sweep
 from speedbench.sweep_config import SweepConfig
 from speedbench.sweep_summary import SummaryRow, SweepSummary
 from speedbench.tokenize import PromptTokenizer
+from speedbench.workload import LoadSettings, WorkItem
 from tasks.engine import start_engine
 from tasks.level import LEVEL_ARTIFACTS, log_failure, log_level, run_level
 from tasks.splits import provision_model

@@ -12,12 +12,12 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.engines.running import RunningEngine
 from speedbench.results import tracking_scalars
 from speedbench.run.level import LevelResult, measure_level
 from speedbench.sweep_summary import SummaryRow, load_key
 from speedbench.tokenize import PromptTokenizer
+from speedbench.workload import LoadSettings, WorkItem
 from tasks.tracking import Tracker
 
 # What a level's run carries, and what a host without its folder fetches to resume it.

@@ -20,7 +20,6 @@ import pandas as pd
 import pytest
 from tests.integration.conftest import FAULTS
 
-from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.client.run import run_load
 from speedbench.config import ConfigError, EngineConfig, SpecConfig, load_config
 from speedbench.config import load_params as read_params
@@ -34,6 +33,7 @@ from speedbench.provision.models import ProvisionError, provision
 from speedbench.run.level import validate_items
 from speedbench.run.plan import load_split, per_config_forms
 from speedbench.sweep_config import SweepConfig
+from speedbench.workload import LoadSettings, WorkItem
 
 pytestmark = pytest.mark.integration
 

@@ -32,8 +32,6 @@ from tqdm.auto import tqdm
 
 from speedbench.client.loadgen import (
     LoadResult,
-    LoadSettings,
-    WorkItem,
     drive,
     engine_gone,
     new_record,
@@ -44,6 +42,7 @@ from speedbench.client.selfmeasure import WorkerMonitor, client_report
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineAdapter
 from speedbench.records import RecordSink, RequestRecord, read_jsonl
+from speedbench.workload import LoadSettings, WorkItem
 
 READY_TIMEOUT_S = 30.0  # how long the start waits for every worker to be ready to send
 

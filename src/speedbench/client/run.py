@@ -17,20 +17,14 @@ from pathlib import Path
 import httpx
 
 from speedbench.client.arrivals import arrival_gaps
-from speedbench.client.loadgen import (
-    LoadResult,
-    LoadSettings,
-    WorkItem,
-    auto_workers,
-    run_async,
-    run_in_process,
-)
+from speedbench.client.loadgen import LoadResult, auto_workers, run_async, run_in_process
 from speedbench.client.multiproc import run_multiprocess
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineAdapter, EngineError
 from speedbench.metrics.acceptance import SpecCounters
 from speedbench.records import RequestRecord
 from speedbench.tokenize import PromptTokenizer
+from speedbench.workload import LoadSettings, WorkItem
 
 # (base URL, engine kind) -> the metrics path that server answered on (an older release may
 # serve an older spelling).

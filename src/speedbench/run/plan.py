@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import ConfigError, EngineConfig, SpecConfig
 from speedbench.data.prompts import PromptRow, PromptSetError, load_prompt_file, mtbench_prompts
 from speedbench.data.speed_bench import (
@@ -29,6 +28,7 @@ from speedbench.engines.base import UnsupportedSpecError, get_engine
 from speedbench.engines.vllm import CPU_CONTEXT, cpu_vllm_engine, runs_on_cpu
 from speedbench.provision.models import resolve_dtype
 from speedbench.sweep_config import SweepConfig
+from speedbench.workload import LoadSettings, WorkItem
 
 SPLIT_STAGES = {"qualitative": "build_qualitative", "throughput": "build_throughput"}
 

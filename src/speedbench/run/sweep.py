@@ -35,7 +35,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineError, get_engine
 from speedbench.engines.launchers import OpenEngine, check_available
@@ -82,6 +81,7 @@ from speedbench.sweep_summary import (
     with_speedup,
 )
 from speedbench.tokenize import PromptTokenizer
+from speedbench.workload import LoadSettings, WorkItem
 
 log = logging.getLogger(__name__)
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.client.run import run_load
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.engines.local import free_port
 from speedbench.metrics.summary import summarize_level
+from speedbench.workload import LoadSettings, WorkItem
 
 pytestmark = pytest.mark.integration
 

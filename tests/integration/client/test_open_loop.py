@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from speedbench.client.arrivals import ArrivalError, arrival_offsets
-from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.client.run import run_load
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
@@ -27,6 +26,7 @@ from speedbench.metrics.latency import arrival_lag_s, e2e_s, summarize_load, ttf
 from speedbench.records import read_jsonl, read_parquet
 from speedbench.run.level import measure_level
 from speedbench.testing.synthetic import SyntheticOptions, serve_in_subprocess
+from speedbench.workload import LoadSettings, WorkItem
 
 pytestmark = pytest.mark.integration
 TOKENS = 10

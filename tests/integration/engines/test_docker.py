@@ -24,7 +24,6 @@ import time
 import pytest
 from tests.integration.conftest import default_sigint, our_containers
 
-from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineError
 from speedbench.engines.docker import (
@@ -43,6 +42,7 @@ from speedbench.results import LevelMetrics
 from speedbench.run.hooks import SweepHooks
 from speedbench.run.sweep import run_grid
 from speedbench.tokenize import PromptTokenizer
+from speedbench.workload import LoadSettings, WorkItem
 
 pytestmark = pytest.mark.integration
 IMAGE = "speedbench/vllm-cpu:0.32.0"

@@ -30,7 +30,6 @@ import pytest
 from tests.integration.conftest import our_containers
 from tests.integration.engines.test_vllm_exact import PROMPTS
 
-from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.client.run import run_load
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.launchers import engine_session
@@ -41,6 +40,7 @@ from speedbench.metrics.lossless import lossless_check
 from speedbench.metrics.views import counters_view, engine_view, speed_bench_view, stream_view
 from speedbench.provision.models import engine_weights
 from speedbench.tokenize import PromptTokenizer
+from speedbench.workload import LoadSettings, WorkItem
 
 # Its server is compiled from source, 13.5 minutes of both cores on a 2-core host: more than
 # make test's budget leaves, so `make test-llamacpp` builds it and runs this file.

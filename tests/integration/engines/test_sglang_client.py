@@ -13,7 +13,6 @@ import random
 
 import pytest
 
-from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.client.run import run_load
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
@@ -21,6 +20,7 @@ from speedbench.engines.local import free_port
 from speedbench.metrics.summary import summarize_level
 from speedbench.results import LevelMetrics, finite, tracking_scalars
 from speedbench.testing.synthetic import SyntheticOptions, chunk_sizes, serve_in_subprocess
+from speedbench.workload import LoadSettings, WorkItem
 
 K, ACCEPT_P, SEED, MAX_TOKENS = 3, 0.6, 7, 25
 pytestmark = pytest.mark.integration

@@ -19,12 +19,12 @@ import httpx
 import pytest
 import yaml
 
-from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.client.run import reset_prefix_cache, run_load
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.engines.local import free_port
 from speedbench.testing.synthetic import SyntheticOptions, serve_in_subprocess
+from speedbench.workload import LoadSettings, WorkItem
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,6 @@ import dataclasses
 import pytest
 from tests.integration.conftest import TINY_PROMPTS
 
-from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.client.run import run_load
 from speedbench.config import SpecConfig
 from speedbench.engines.local import free_port, launch_local
@@ -28,6 +27,7 @@ from speedbench.oracle.draft import load_draft
 from speedbench.oracle.predict import check_measured, figures_at, predict
 from speedbench.run.level import measure_level
 from speedbench.tokenize import PromptTokenizer
+from speedbench.workload import LoadSettings, WorkItem
 
 pytestmark = pytest.mark.integration
 

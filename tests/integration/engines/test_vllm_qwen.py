@@ -10,7 +10,6 @@ import httpx
 import pytest
 from tests.specdec_reference import specbench_figures
 
-from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.client.run import run_load
 from speedbench.config import SpecConfig
 from speedbench.data.prompts import mtbench_prompts
@@ -21,6 +20,7 @@ from speedbench.metrics.lossless import lossless_check
 from speedbench.metrics.views import speed_bench_view, stream_view
 from speedbench.run.level import validate_items
 from speedbench.tokenize import PromptTokenizer, TokenizationError
+from speedbench.workload import LoadSettings, WorkItem
 
 pytestmark = pytest.mark.integration
 

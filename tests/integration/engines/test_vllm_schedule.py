@@ -13,12 +13,12 @@ from collections import Counter
 import pytest
 from tests.integration.conftest import TINY_PROMPTS
 
-from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.client.run import run_load
 from speedbench.engines.local import free_port, launch_local
 from speedbench.engines.vllm import cpu_vllm_engine, speculative_config
 from speedbench.oracle.schedule import vllm_spec
 from speedbench.tokenize import PromptTokenizer
+from speedbench.workload import LoadSettings, WorkItem
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 from tests.integration.conftest import group_members
 
-from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.engines.local import free_port, launch_local
@@ -30,6 +29,7 @@ from speedbench.engines.vllm import cpu_vllm_engine
 from speedbench.hostcheck.cpu import allowed_cpus, format_cpu_list
 from speedbench.run.level import HostBusyError, measure_level
 from speedbench.testing.synthetic import SyntheticOptions, serve_in_subprocess
+from speedbench.workload import LoadSettings, WorkItem
 
 pytestmark = [pytest.mark.integration, pytest.mark.alone]
 SPEC = SpecConfig(method="ngram", num_speculative_tokens=3)

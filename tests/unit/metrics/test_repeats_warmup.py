@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from speedbench.client.loadgen import LoadResult, WorkItem
+from speedbench.client.loadgen import LoadResult
 from speedbench.config import ConfigError, load_config
 from speedbench.metrics.acceptance import SpecCounters
 from speedbench.metrics.goodput import LatencyObjectives
@@ -18,6 +18,7 @@ from speedbench.records import RequestRecord, read_parquet, write_parquet
 from speedbench.results import finite
 from speedbench.run.level import merge_runs, repeat_order, warmup_items
 from speedbench.sweep_config import SweepConfig
+from speedbench.workload import WorkItem
 
 
 def rec(
@@ -232,13 +233,13 @@ def test_the_throughput_table_compares_goodput_at_equal_slos_when_the_sweep_set_
 
 
 def test_a_reset_that_fails_because_the_engine_died_names_its_exit_code(tmp_path):
-    from speedbench.client.loadgen import LoadSettings
     from speedbench.config import EngineConfig, SpecConfig
     from speedbench.engines import get_engine
     from speedbench.engines.base import EngineError
     from speedbench.engines.local import free_port
     from speedbench.engines.running import RunningEngine
     from speedbench.run.level import reset_cache
+    from speedbench.workload import LoadSettings
 
     log = tmp_path / "engine.log"
     log.write_text("RuntimeError: out of memory\n")

@@ -6,13 +6,13 @@ import pytest
 from tests.summaries import views
 from tests.unit.run.test_sweep_runner import FakeEngine
 
-from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import ConfigError, EngineConfig, SpecConfig, load_config
 from speedbench.report.text import category_table
 from speedbench.run.plan import config_identity, engine_config, first_per_category
 from speedbench.run.sweep import run_grid
 from speedbench.sweep_config import SweepConfig
 from speedbench.sweep_summary import SummaryRow, SweepSummary
+from speedbench.workload import LoadSettings, WorkItem
 
 # Three categories, three questions each, interleaved as select_prompts orders them.
 ITEMS = [WorkItem(f"{c}{i}", c, ("q",)) for i in range(3) for c in "abc"]

@@ -10,7 +10,6 @@ import json
 
 import pytest
 
-from speedbench.client.loadgen import LoadSettings, WorkItem
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineError
 from speedbench.errors import finish
@@ -19,6 +18,7 @@ from speedbench.run.hooks import DiskResume, SweepHooks
 from speedbench.run.level import LevelResult
 from speedbench.run.sweep import run_grid
 from speedbench.sweep_summary import SweepSummary
+from speedbench.workload import LoadSettings, WorkItem
 
 NONE = SpecConfig()
 NGRAM = SpecConfig(method="ngram", num_speculative_tokens=3)

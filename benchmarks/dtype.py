@@ -39,7 +39,7 @@ def main() -> None:
             res = run_load(engine, SpecConfig(), running.adapter, items, settings, tok)
         results[dtype] = summarize_load(res.records)
     for dtype, s in results.items():
-        tpot_ms = s.tpot_s.p50 * 1e3
+        tpot_ms = (s.tpot_s.p50 or float("nan")) * 1e3
         print(f"{dtype:>9}: {s.output_throughput_tok_s:6.2f} tok/s, TPOT p50 {tpot_ms:6.1f} ms")
     ratio = results["bfloat16"].output_throughput_tok_s / results["float32"].output_throughput_tok_s
     print(f"bf16 / fp32 throughput ratio: {ratio:.3f}")

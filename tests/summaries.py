@@ -6,7 +6,8 @@ Average_AL is 2.5 and whose coding Category_AL is 3.0 carries in ``SummaryRow.vi
 
 from __future__ import annotations
 
-from speedbench.results import CategoryAL, Interval, QuestionAL
+from speedbench.figures import Interval
+from speedbench.results import CategoryAL, QuestionAL
 from speedbench.sweep_summary import ViewSummary
 
 

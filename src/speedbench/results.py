@@ -17,8 +17,9 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from speedbench.figures import Distribution, Figure, Interval, Result
 from speedbench.metrics.views import ViewName
 
 # The shape of every results file speedbench writes (a level's metrics.json, a sweep's
@@ -26,12 +27,6 @@ from speedbench.metrics.views import ViewName
 # 1: files without the key (acceptance beside the views in per-view fields); 2: acceptance
 # only as named views (``views: {view: figures}``), stage files as ``{"levels": ...}``.
 SCHEMA_VERSION = 2
-
-
-class Result(BaseModel):
-    """Base of every result model: unknown fields are errors."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 class StaleResults(ValueError):
@@ -54,27 +49,8 @@ def read_versioned(path: Path) -> dict[str, Any]:
     return data
 
 
-Figure = float | None
 # Where a speedup compares an SD level with the baseline: split, batch size, request rate.
 LoadPointKey = tuple[str, int, float | None]
-
-
-class Interval(Result):
-    """A bootstrap confidence interval."""
-
-    value: Figure
-    low: Figure
-    high: Figure
-
-
-class Distribution(Result):
-    """Mean and percentiles of a latency over requests."""
-
-    mean: Figure
-    p50: Figure
-    p90: Figure
-    p99: Figure
-    count: int
 
 
 class LoadFigures(Result):

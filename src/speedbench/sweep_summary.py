@@ -16,17 +16,15 @@ from typing import Any, Literal
 from pydantic import Field
 
 from speedbench.config import MODEL_FREE_METHODS
+from speedbench.figures import Figure, Interval, Result
 from speedbench.metrics.pareto import LoadPoint, pareto_front, speedup
 from speedbench.results import (
     SCHEMA_VERSION,
     CategoryAL,
-    Figure,
-    Interval,
     LevelMetrics,
     LoadPointKey,
     LosslessFigures,
     QuestionAL,
-    Result,
     SpreadFigures,
     read_versioned,
     write_json,
@@ -72,7 +70,7 @@ class ViewSummary(Result):
             return CategoryAL(
                 al_request_mean=c.al_request_mean if has_units else None,
                 al_token_weighted=c.al_token_weighted,
-                al_request_mean_ci=_interval(c.al_request_mean_ci) if many else None,
+                al_request_mean_ci=c.al_request_mean_ci if many else None,
                 count=c.count if has_units else None,
             )
 
@@ -86,7 +84,7 @@ class ViewSummary(Result):
         return cls(
             al_request_mean=view.al_request_mean if has_units else None,
             al_token_weighted=view.al_token_weighted,
-            al_request_mean_ci=_interval(view.al_request_mean_ci) if has_units else None,
+            al_request_mean_ci=view.al_request_mean_ci if has_units else None,
             conditional_ar=list(view.conditional_ar) if has_ar else None,
             joint_ar=list(view.joint_ar) if has_ar else None,
             conditional_ar_by_length=dict(view.conditional_ar_by_length) or None,
@@ -120,13 +118,6 @@ def view_summaries(views: dict[str, Any], per_category: dict[str, Any]) -> dict[
         )
         for name, view in views.items()
     }
-
-
-def _interval(ci: Any) -> Interval | None:
-    """A pydantic interval from either interval type (None stays None)."""
-    if ci is None:
-        return None
-    return ci if isinstance(ci, Interval) else Interval(value=ci.value, low=ci.low, high=ci.high)
 
 
 def load_key(batch_size: int, request_rate: float | None) -> str:

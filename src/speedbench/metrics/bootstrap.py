@@ -3,23 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
-
-@dataclass(frozen=True)
-class Interval:
-    """A point estimate with a two-sided confidence interval."""
-
-    value: float
-    low: float
-    high: float
-    confidence: float
-
-    def as_dict(self) -> dict[str, float]:
-        """Plain-JSON form."""
-        return {"value": self.value, "low": self.low, "high": self.high}
+from speedbench.figures import Interval
 
 
 def bootstrap_ci(
@@ -38,8 +25,7 @@ def bootstrap_ci(
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     if n_items == 0:
-        nan = float("nan")
-        return Interval(nan, nan, nan, confidence)
+        return Interval.undefined(confidence)
     point = float(statistic(np.arange(n_items)))
     rng = np.random.default_rng(seed)
     draws = rng.integers(0, n_items, size=(n_resamples, n_items))
@@ -47,7 +33,7 @@ def bootstrap_ci(
     stats = stats[~np.isnan(stats)]
     alpha = (1 - confidence) / 2
     low, high = np.quantile(stats, [alpha, 1 - alpha]) if stats.size else (np.nan, np.nan)
-    return Interval(point, float(low), float(high), confidence)
+    return Interval(value=point, low=float(low), high=float(high), confidence=confidence)
 
 
 def mean_ci(values: Sequence[float], **kwargs: object) -> Interval:

@@ -15,11 +15,10 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
+from speedbench.figures import Distribution
 from speedbench.records import RequestRecord
 
-PERCENTILES = (50, 90, 99)
+NAN = float("nan")
 
 
 def arrival_s(r: RequestRecord) -> float:
@@ -57,37 +56,6 @@ def itls_s(r: RequestRecord) -> list[float]:
 
 
 @dataclass(frozen=True)
-class Distribution:
-    """Mean and percentiles of a sample (NaN when empty)."""
-
-    mean: float
-    p50: float
-    p90: float
-    p99: float
-    count: int
-
-    @classmethod
-    def of(cls, values: Sequence[float]) -> Distribution:
-        """Summarise ``values``, ignoring NaNs."""
-        arr = np.asarray([v for v in values if not np.isnan(v)], dtype=float)
-        if arr.size == 0:
-            nan = float("nan")
-            return cls(nan, nan, nan, nan, 0)
-        p = np.percentile(arr, PERCENTILES)
-        return cls(float(arr.mean()), float(p[0]), float(p[1]), float(p[2]), int(arr.size))
-
-    def as_dict(self) -> dict[str, float]:
-        """Plain-JSON form."""
-        return {
-            "mean": self.mean,
-            "p50": self.p50,
-            "p90": self.p90,
-            "p99": self.p99,
-            "count": self.count,
-        }
-
-
-@dataclass(frozen=True)
 class LoadSummary:
     """Latency/throughput of one load level (one configuration at one batch size)."""
 
@@ -122,7 +90,7 @@ class LoadSummary:
             )
         }
         for k in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
-            out[k] = getattr(self, k).as_dict()
+            out[k] = getattr(self, k).model_dump()
         return out
 
 
@@ -176,7 +144,7 @@ def summarize_load(records: Sequence[RequestRecord]) -> LoadSummary:
         output_tokens=tokens,
         duration_s=duration,
         output_throughput_tok_s=tokens / duration if duration > 0 else float("nan"),
-        per_user_tok_s=1.0 / tpot.mean if tpot.count and tpot.mean > 0 else float("nan"),
+        per_user_tok_s=1.0 / tpot.mean if tpot.count and tpot.mean and tpot.mean > 0 else NAN,
         request_throughput_rps=len(ok) / duration if duration > 0 else float("nan"),
         arrival_rate_rps=arrival_rate_rps(records),
         ttft_s=Distribution.of([ttft_s(r) for r in ok]),

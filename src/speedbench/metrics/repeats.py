@@ -50,7 +50,7 @@ class Spread:
         return {"mean": self.mean, "low": self.low, "high": self.high, "count": self.count}
 
 
-def t_interval(values: Sequence[float], confidence: float = 0.95) -> Spread:
+def t_interval(values: Sequence[float | None], confidence: float = 0.95) -> Spread:
     """Mean of ``values`` (NaNs left out) with its Student-t interval.
 
     One value has a mean and no interval (NaN bounds); identical values have a zero-width one.
@@ -74,11 +74,11 @@ def repeat_figures(
     k: int,
     objectives: LatencyObjectives | None = None,
     eos_id: int | None = None,
-) -> dict[str, float]:
+) -> dict[str, float | None]:
     """The headline figures of one repeat's records (warm-up requests left out)."""
     records = measured(records)
     load = summarize_load(records)
-    figures = {
+    figures: dict[str, float | None] = {
         "output_throughput_tok_s": load.output_throughput_tok_s,
         "request_throughput_rps": load.request_throughput_rps,
         "per_user_tok_s": load.per_user_tok_s,

@@ -49,8 +49,9 @@ from typing import Literal, get_args
 
 import numpy as np
 
+from speedbench.figures import Interval
 from speedbench.metrics.acceptance import SpecCounters, acceptance_from_counters
-from speedbench.metrics.bootstrap import Interval, mean_ci, ratio_ci
+from speedbench.metrics.bootstrap import mean_ci, ratio_ci
 from speedbench.records import RequestRecord
 
 # The acceptance views by name, in the order every report lists them; results.py types its
@@ -109,7 +110,7 @@ class ViewFigures:
         """Plain-JSON form."""
         out = dict(self.__dict__)
         for key in ("al_request_mean_ci", "al_token_weighted_ci"):
-            out[key] = None if out[key] is None else out[key].as_dict()
+            out[key] = None if out[key] is None else out[key].model_dump()
         return out
 
 

@@ -23,11 +23,12 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from speedbench.figures import Figure, Result
 from speedbench.metrics.views import speed_bench_view, stream_view
 from speedbench.oracle.draft import DraftPass
 from speedbench.oracle.steps import PredictedStream, draft_model_stream, ngram_streams
 from speedbench.records import WITHHELD_TOKEN, RequestRecord, measured
-from speedbench.results import SCHEMA_VERSION, Figure, Result, ViewFigures, finite
+from speedbench.results import SCHEMA_VERSION, ViewFigures, finite
 
 OracleDrafter = Literal["draft_model", "ngram"]
 ORACLE_DRAFTERS: tuple[str, ...] = ("draft_model", "ngram")

@@ -30,7 +30,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from speedbench.metrics.bootstrap import Interval as BootInterval
+from speedbench.figures import Figure, Interval, Result
 from speedbench.oracle.predict import OracleLevel, Prediction
 from speedbench.oracle.speedup import (
     ReplayRequest,
@@ -47,7 +47,7 @@ from speedbench.oracle.steptime import (
     robust_lstsq,
 )
 from speedbench.records import RequestRecord, measured, read_parquet
-from speedbench.results import SCHEMA_VERSION, Figure, Interval, Result, finite
+from speedbench.results import SCHEMA_VERSION
 from speedbench.sweep_summary import SummaryRow, SweepSummary
 
 # A recommendation of k needs a predicted gain over SD off of at least this much; below it,
@@ -160,15 +160,16 @@ class Recommendation(Result):
         grid_k: int,
         grid: SummaryRow,
         best: SummaryRow,
-        ratio: BootInterval | None,
+        ratio: Interval | None,
     ) -> Recommendation:
         """The verdict of one curve's recommended k against the grid's measured level."""
         speed = lambda r: 1.0 if not r.is_speculative else r.speedup  # noqa: E731
         verdict: Literal["beat", "matched", "lost", "same", "untested"] = "same"
         if best is not grid:
             verdict = "untested"
-            if ratio is not None and ratio.low == ratio.low:  # not NaN
-                verdict = "beat" if ratio.low > 1 else "lost" if ratio.high < 1 else "matched"
+            low, high = (ratio.low, ratio.high) if ratio is not None else (None, None)
+            if low is not None and high is not None and low == low:  # not NaN
+                verdict = "beat" if low > 1 else "lost" if high < 1 else "matched"
         return cls(
             drafter=curve.drafter,
             split=curve.split,
@@ -179,7 +180,7 @@ class Recommendation(Result):
             predicted_grid=curve.speedup.get(grid_k),
             measured_recommended=speed(best),
             measured_grid=speed(grid),
-            paired_ratio=Interval.model_validate(finite(ratio.as_dict())) if ratio else None,
+            paired_ratio=ratio,
             verdict=verdict,
         )
 

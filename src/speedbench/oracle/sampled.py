@@ -253,7 +253,11 @@ def _mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
     if not kept:
         return math.nan, math.nan, math.nan
     ci = mean_ci(kept)
-    return ci.value, ci.low, ci.high
+    return _nan(ci.value), _nan(ci.low), _nan(ci.high)
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else value
 
 
 def by_k(sampled: SampledPass, ks: Sequence[int]) -> list[SampledK]:

@@ -33,8 +33,9 @@ from typing import Any
 import numpy as np
 
 from speedbench.config import ConfigError
+from speedbench.figures import Interval
 from speedbench.hostcheck.cpu import format_kernel_caps
-from speedbench.metrics.bootstrap import Interval, bootstrap_ci
+from speedbench.metrics.bootstrap import bootstrap_ci
 from speedbench.pipeline.stages import (
     ACCEPTANCE_FILE,
     PROVENANCE_FILE,
@@ -119,17 +120,16 @@ def paired_interval(
     common = sorted(set(reference) & set(fresh))
     diffs = np.array([fresh[q] - reference[q] for q in common], dtype=float)
     if len(diffs) == 0:
-        nan = float("nan")
-        return Interval(nan, nan, nan, confidence), 0
+        return Interval.undefined(confidence), 0
     if np.all(diffs == diffs[0]):
         v = float(diffs[0])
-        return Interval(v, v, v, confidence), len(diffs)
+        return Interval(value=v, low=v, high=v, confidence=confidence), len(diffs)
     ci = bootstrap_ci(lambda idx: float(diffs[idx].mean()), len(diffs), confidence=confidence)
     return ci, len(diffs)
 
 
 def _contains_zero(ci: Interval) -> bool:
-    return ci.low is not None and ci.low <= 0.0 <= ci.high
+    return ci.low is not None and ci.high is not None and ci.low <= 0.0 <= ci.high
 
 
 def _leaves(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:

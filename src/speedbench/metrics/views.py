@@ -62,6 +62,63 @@ NAN = float("nan")
 
 
 @dataclass(frozen=True)
+class ViewSpec:
+    """What a view declares about itself, read by every report instead of naming views.
+
+    Attributes:
+        name: The view's name (its key in ``views`` everywhere).
+        rule: One line: what a step is and what the AL averages, for the reports' notes.
+        columns: The overall figures the views table shows, as (figure, column title).
+        positions: Whether its conditional AR per draft position is shown (the AR table).
+        optional: Shown only where some level has it (an engine that states its own AL).
+    """
+
+    name: ViewName
+    rule: str
+    columns: tuple[tuple[str, str], ...]
+    positions: bool = False
+    optional: bool = False
+
+
+VIEW_SPECS: dict[ViewName, ViewSpec] = {
+    spec.name: spec
+    for spec in (
+        ViewSpec(
+            "speed_bench",
+            "SPEED-Bench's own rule (every streamed step, prefill included, turns pooled per "
+            "question; Average_AL is the mean over questions)",
+            (("al_request_mean", "speed_bench Average_AL"),
+             ("al_token_weighted", "speed_bench pooled")),
+            positions=True,
+        ),
+        ViewSpec(
+            "stream",
+            "speedbench's (prefill chunk left out, token-weighted)",
+            (("al_token_weighted", "stream"),),
+        ),
+        ViewSpec(
+            "engine",
+            "the engine's per-request counts (drafted steps only)",
+            (("al_token_weighted", "engine"),),
+        ),
+        ViewSpec(
+            "counters",
+            "the engine's Prometheus counters (drafted steps only)",
+            (("al_token_weighted", "counters"),),
+            positions=True,
+        ),
+        ViewSpec(
+            "server",
+            "the engine's own running AL as it states it (SGLang's avg_spec_accept_length)",
+            (("al_token_weighted", "server"),),
+            optional=True,
+        ),
+    )
+}  # fmt: skip
+assert tuple(VIEW_SPECS) == VIEWS, "every view declares itself, in the order of ViewName"
+
+
+@dataclass(frozen=True)
 class ViewFigures:
     """One acceptance view of a set of requests.
 

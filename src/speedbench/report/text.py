@@ -13,6 +13,7 @@ from typing import Any
 
 from speedbench.config import ConfigError
 from speedbench.hostcheck.cpu import format_kernel_caps
+from speedbench.metrics.views import VIEW_SPECS
 from speedbench.oracle.run import read_oracle, read_speedup_model
 from speedbench.report.findings import FINDINGS_NOTE, findings_table
 from speedbench.report.oracle import render_oracle, render_speedup
@@ -20,11 +21,9 @@ from speedbench.sweep_summary import SummaryRow, SweepSummary
 
 STAGE_DIRS = ("qualitative", "throughput")
 VIEWS_NOTE = (
-    "Views (docs/acceptance-views.md): speed_bench = SPEED-Bench's own rule (every streamed step, "
-    "prefill included, turns pooled per question; Average_AL is the mean over questions); "
-    "stream = speedbench's (prefill chunk left out, token-weighted); engine = the engine's "
-    "per-request counts (drafted steps only); counters = the engine's Prometheus counters "
-    "(drafted steps only)."
+    "Views (docs/acceptance-views.md): "
+    + "; ".join(f"{spec.name} = {spec.rule}" for spec in VIEW_SPECS.values())
+    + "."
 )
 
 
@@ -92,28 +91,25 @@ def _with_ci(row: SummaryRow, category: str) -> str:
     return f"{_fmt(figures.al_request_mean)} [{_fmt(ci.low)}, {_fmt(ci.high)}]"
 
 
-# (view, figure, column title): every overall AL the report shows, each under its view's name.
-VIEW_COLUMNS = (
-    ("speed_bench", "al_request_mean", "speed_bench Average_AL"),
-    ("speed_bench", "al_token_weighted", "speed_bench pooled"),
-    ("stream", "al_token_weighted", "stream"),
-    ("engine", "al_token_weighted", "engine"),
-    ("counters", "al_token_weighted", "counters"),
-    ("server", "al_token_weighted", "server"),
+# (view, figure, column title): every overall AL the report shows, as each view declares it.
+VIEW_COLUMNS = tuple(
+    (spec.name, figure, title) for spec in VIEW_SPECS.values() for figure, title in spec.columns
 )
 
 
 def views_table(summary: SweepSummary) -> list[str]:
     """Markdown table: overall AL of every SD level in every acceptance view, side by side.
 
-    The ``server`` view (the engine's own running AL, SGLang's) has a column only where a
+    An optional view (the ``server`` view, an engine's own running AL) has a column only where a
     level has it; the others always do, "-" saying the engine did not report it.
     """
     rows = [r for r in summary.levels if r.is_speculative]
     if not rows:
         return []
-    has_server = any("server" in r.views for r in rows)
-    columns = [c for c in VIEW_COLUMNS if c[0] != "server" or has_server]
+    shown = {
+        v for v, spec in VIEW_SPECS.items() if not spec.optional or any(v in r.views for r in rows)
+    }
+    columns = [c for c in VIEW_COLUMNS if c[0] in shown]
     heads = " | ".join(title for _, _, title in columns)
     lines = [f"| config | split | load | {heads} |", "|---|---|---|" + "---|" * len(columns)]
     for r in rows:
@@ -122,7 +118,7 @@ def views_table(summary: SweepSummary) -> list[str]:
     return lines
 
 
-AR_VIEWS = ("speed_bench", "counters")
+AR_VIEWS = tuple(name for name, spec in VIEW_SPECS.items() if spec.positions)
 
 
 def ar_table(summary: SweepSummary) -> list[str]:

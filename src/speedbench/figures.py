@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -64,3 +65,56 @@ class Distribution(Result):
             p99=float(p[2]),
             count=int(arr.size),
         )
+
+
+# The acceptance views by name, in the order every report lists them (each declares its rule
+# and presentation in speedbench.metrics.views.VIEW_SPECS): a new view is named here once.
+ViewName = Literal["speed_bench", "stream", "engine", "counters", "server"]
+
+
+class ViewFigures(Result):
+    """One named acceptance view (:mod:`speedbench.metrics.views`) of a set of requests.
+
+    Attributes:
+        view: Which rule produced it.
+        k: Draft length.
+        units: What was averaged for ``al_request_mean``: questions, requests or none.
+        count: How many of those units entered (0 for counters).
+        num_steps: Steps counted under this view's rule.
+        num_tokens: Tokens those steps emitted (under this view's rule).
+        conditional_ar: Conditional AR per draft position 1..k (NaN where undefined).
+        joint_ar: P(accepted >= j) per position 1..k, the running product of the above.
+        al_token_weighted: ``num_tokens / num_steps``, pooled.
+        al_request_mean: Mean of each unit's own AL (SPEED-Bench's Average_AL in its view).
+        al_request_mean_ci: Bootstrap interval of the request mean, over units.
+        al_token_weighted_ci: Bootstrap interval of the pooled AL, over units.
+        left_out: Units left out, and why (failed, merged chunks, no steps).
+        per_unit: Each unit's own AL, by question id (speed_bench; ``<id>@r<n>`` for repeat
+            n > 0) or request id: what a paired comparison of two runs over the same prompts
+            needs.
+        conditional_ar_by_length: speed_bench only: SPEED-Bench's conditional AR keyed by
+            observed step length (as a string, for JSON).
+        joint_ar_by_length: speed_bench only: its running product, keyed the same way.
+        failed_units: The ids of the units left out as failed.
+
+    ``server`` is the engine's own running AL as it states it (SGLang's
+    ``avg_spec_accept_length``): one figure, ``al_token_weighted``, and nothing per request.
+    """
+
+    view: ViewName
+    k: int
+    units: Literal["questions", "requests", "none"]
+    count: int
+    num_steps: int
+    num_tokens: int
+    conditional_ar: list[Figure]
+    joint_ar: list[Figure]
+    al_token_weighted: Figure
+    al_request_mean: Figure
+    al_request_mean_ci: Interval | None = None
+    al_token_weighted_ci: Interval | None = None
+    left_out: dict[str, int] = Field(default_factory=dict)
+    per_unit: dict[str, Figure] = Field(default_factory=dict)
+    conditional_ar_by_length: dict[str, Figure] = Field(default_factory=dict)
+    joint_ar_by_length: dict[str, Figure] = Field(default_factory=dict)
+    failed_units: list[str] = Field(default_factory=list)

@@ -15,12 +15,11 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 
-from speedbench.figures import Distribution, Figure, Interval, Result
-from speedbench.metrics.views import ViewName
+from speedbench.figures import Distribution, Figure, Interval, Result, ViewFigures
 
 # The shape of every results file speedbench writes (a level's metrics.json, a sweep's
 # summary.json, a stage's acceptance.json / throughput.json / oracle.json / provenance.json).
@@ -78,33 +77,6 @@ class CounterDelta(Result):
     num_draft_tokens: float
     num_accepted_tokens: float
     accepted_per_pos: list[float]
-
-
-class ViewFigures(Result):
-    """One named acceptance view (:mod:`speedbench.metrics.views`) of a set of requests.
-
-    ``server`` is the engine's own running AL as it states it (SGLang's
-    ``avg_spec_accept_length``): one figure, ``al_token_weighted``, and nothing per request.
-    """
-
-    view: ViewName
-    k: int
-    units: Literal["questions", "requests", "none"]
-    count: int
-    num_steps: int
-    num_tokens: int
-    conditional_ar: list[Figure]
-    joint_ar: list[Figure]
-    al_token_weighted: Figure
-    al_request_mean: Figure
-    al_request_mean_ci: Interval | None = None
-    al_token_weighted_ci: Interval | None = None
-    left_out: dict[str, int] = Field(default_factory=dict)
-    per_unit: dict[str, Figure] = Field(default_factory=dict)
-    # speed_bench only: SPEED-Bench's rates keyed by observed step length, and failed units.
-    conditional_ar_by_length: dict[str, Figure] = Field(default_factory=dict)
-    joint_ar_by_length: dict[str, Figure] = Field(default_factory=dict)
-    failed_units: list[str] = Field(default_factory=list)
 
 
 class CategoryFigures(Result):

@@ -47,7 +47,7 @@ def summarize_level(
         views = all_views(records, counters, k, eos_id)
         if server_al is not None:
             views["server"] = server_view(server_al, k)
-        overall["views"] = {n: v.as_dict() for n, v in views.items()}
+        overall["views"] = {n: v.model_dump() for n, v in views.items()}
     by_cat: dict[str, list[RequestRecord]] = defaultdict(list)
     for r in records:
         by_cat[r.category].append(r)
@@ -56,7 +56,7 @@ def summarize_level(
         entry: dict[str, object] = {"load": summarize_load(by_cat[cat]).as_dict()}
         if k > 0:
             views = all_views(by_cat[cat], None, k, eos_id)  # counters are per level only
-            entry["views"] = {n: v.as_dict() for n, v in views.items()}
+            entry["views"] = {n: v.model_dump() for n, v in views.items()}
         per_category[cat] = entry
     out: dict[str, object] = {"overall": overall, "per_category": per_category}
     if objectives is not None and objectives.any_set:

@@ -44,19 +44,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Literal, get_args
+from dataclasses import dataclass
+from typing import get_args
 
 import numpy as np
 
-from speedbench.figures import Interval
+from speedbench.figures import ViewFigures, ViewName
 from speedbench.metrics.acceptance import SpecCounters, acceptance_from_counters
 from speedbench.metrics.bootstrap import mean_ci, ratio_ci
 from speedbench.records import RequestRecord
 
-# The acceptance views by name, in the order every report lists them; results.py types its
-# figures with the same Literal, so a new view is named here once.
-ViewName = Literal["speed_bench", "stream", "engine", "counters", "server"]
 VIEWS: tuple[ViewName, ...] = get_args(ViewName)
 NAN = float("nan")
 
@@ -116,59 +113,6 @@ VIEW_SPECS: dict[ViewName, ViewSpec] = {
     )
 }  # fmt: skip
 assert tuple(VIEW_SPECS) == VIEWS, "every view declares itself, in the order of ViewName"
-
-
-@dataclass(frozen=True)
-class ViewFigures:
-    """One acceptance view of a set of requests.
-
-    Attributes:
-        view: Which rule produced it (one of :data:`VIEWS`).
-        k: Draft length.
-        units: What was averaged for ``al_request_mean``: questions, requests or none.
-        count: How many of those units entered (0 for counters).
-        num_steps: Steps counted under this view's rule.
-        num_tokens: Tokens those steps emitted (under this view's rule).
-        conditional_ar: Conditional AR per draft position 1..k (NaN where undefined).
-        joint_ar: P(accepted >= j) per position 1..k, the running product of the above.
-        al_token_weighted: ``num_tokens / num_steps``, pooled.
-        al_request_mean: Mean of each unit's own AL (SPEED-Bench's Average_AL in its view).
-        al_request_mean_ci: Bootstrap interval of the request mean, over units.
-        al_token_weighted_ci: Bootstrap interval of the pooled AL, over units.
-        left_out: Units left out, and why (failed, merged chunks, no steps).
-        per_unit: Each unit's own AL, by question id (speed_bench; ``<id>@r<n>`` for repeat
-            n > 0) or request id: what a paired comparison of two runs over the same prompts
-            needs.
-        conditional_ar_by_length: speed_bench only: SPEED-Bench's conditional AR keyed by
-            observed step length (as a string, for JSON).
-        joint_ar_by_length: speed_bench only: its running product, keyed the same way.
-        failed_units: The ids of the units left out as failed.
-    """
-
-    view: str
-    k: int
-    units: str
-    count: int
-    num_steps: int
-    num_tokens: int
-    conditional_ar: list[float]
-    joint_ar: list[float]
-    al_token_weighted: float
-    al_request_mean: float
-    al_request_mean_ci: Interval | None
-    al_token_weighted_ci: Interval | None
-    left_out: dict[str, int]
-    per_unit: dict[str, float]
-    conditional_ar_by_length: dict[str, float] = field(default_factory=dict)
-    joint_ar_by_length: dict[str, float] = field(default_factory=dict)
-    failed_units: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, object]:
-        """Plain-JSON form."""
-        out = dict(self.__dict__)
-        for key in ("al_request_mean_ci", "al_token_weighted_ci"):
-            out[key] = None if out[key] is None else out[key].model_dump()
-        return out
 
 
 def _rates_from_lengths(lengths: Sequence[int], k: int) -> tuple[list[float], list[float]]:
@@ -283,11 +227,12 @@ def speed_bench_view(
         per_question[qid] = [n for t in ordered for n in speed_bench_turn_steps(t, eos_id)]
     figures = _figures("speed_bench", k, "questions", per_question, {"failed": len(failed)})
     cond, joint = rates_by_length([n for steps in per_question.values() for n in steps])
-    return replace(
-        figures,
-        conditional_ar_by_length=cond,
-        joint_ar_by_length=joint,
-        failed_units=sorted(failed),
+    return figures.model_copy(
+        update={
+            "conditional_ar_by_length": cond,
+            "joint_ar_by_length": joint,
+            "failed_units": sorted(failed),
+        }
     )
 
 

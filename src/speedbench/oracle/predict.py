@@ -23,12 +23,12 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from speedbench.figures import Figure, Result
+from speedbench.figures import Figure, Result, ViewFigures
 from speedbench.metrics.views import speed_bench_view, stream_view
 from speedbench.oracle.draft import DraftPass
 from speedbench.oracle.steps import PredictedStream, draft_model_stream, ngram_streams
 from speedbench.records import WITHHELD_TOKEN, RequestRecord, measured
-from speedbench.results import SCHEMA_VERSION, ViewFigures, finite
+from speedbench.results import SCHEMA_VERSION, finite
 
 OracleDrafter = Literal["draft_model", "ngram"]
 ORACLE_DRAFTERS: tuple[str, ...] = ("draft_model", "ngram")
@@ -317,7 +317,7 @@ def _views(records: Sequence[RequestRecord], k: int, eos_id: int | None) -> dict
         "speed_bench": speed_bench_view(records, k, eos_id),
         "stream": stream_view(records, k),
     }
-    return {n: ViewFigures.model_validate(finite(v.as_dict())) for n, v in figures.items()}
+    return {n: ViewFigures.model_validate(finite(v.model_dump())) for n, v in figures.items()}
 
 
 def figures_at(prediction: Prediction, drafter: str, k: int, eos_id: int | None) -> OracleK:

@@ -204,6 +204,7 @@ def test_variants_of_a_prediction_read_like_the_full_drafts_levels():
 
 
 def test_the_findings_rows_judge_direction_from_the_figures():
+    from speedbench.figures import ViewFigures
     from speedbench.oracle.predict import (
         DraftVariants,
         OracleK,
@@ -212,7 +213,6 @@ def test_the_findings_rows_judge_direction_from_the_figures():
         VocabFigures,
     )
     from speedbench.report.findings import pruning_row, tree_row
-    from speedbench.results import ViewFigures
 
     def k3(al: dict[str, float], overall: float) -> OracleK:
         def view(al: float) -> dict[str, ViewFigures]:

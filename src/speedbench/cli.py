@@ -362,7 +362,7 @@ def _tune(args: argparse.Namespace) -> Any:
 
 def _plan(args: argparse.Namespace) -> Any:
     from speedbench.run.dryrun import format_plans, sweep_launch_plans
-    from speedbench.run.plan import engine_config, sampling_caveat
+    from speedbench.run.plan import engine_config, sampling_caveats
 
     fields = read_config_file(args.config) if args.config else {}
     fields.update(flags_given(args, SweepConfig))
@@ -376,7 +376,10 @@ def _plan(args: argparse.Namespace) -> Any:
     )
     print(format_plans(plans))
     engine = engine_config(config, config.model)
-    if caveat := sampling_caveat(engine, config.spec_configs(), config.protocol.temperature):
+    protocol = config.protocol
+    for caveat in sampling_caveats(
+        engine, config.spec_configs(), protocol.temperature, protocol.seed
+    ):
         print(f"# warning: {caveat}")
     return plans
 

@@ -118,7 +118,11 @@ class ProtocolSection(StrictModel):
         "serving benchmarks do.",
     )
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature.")
-    seed: int = Field(default=0, description="Seed for sampling and prompt order.")
+    seed: int | None = Field(
+        default=0,
+        description="Seed for each request's sampling and the prompt order (null: requests "
+        "sample unseeded, not reproducible).",
+    )
     request_timeout_s: float = Field(
         default=1800.0, gt=0, description="Limit on one request, first byte to finish."
     )

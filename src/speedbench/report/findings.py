@@ -181,8 +181,9 @@ def entropy_row(summaries: Sequence[SweepSummary]) -> str | None:
 
 NOT_HERE = [
     "| temperature 1 lowers AL | 2.44 at T = 0, 1.98 at T = 1 (Llama 3.3 70B + 1B draft) | - | "
-    "not measured here: the main job is greedy (the oracle is greedy-only); a T > 0 sweep "
-    "(`--temperature 1 --seed 0`) measures it |",
+    "not measured by this job, which is greedy: `speedbench oracle-sampled` predicts it from "
+    "a no-SD level sampled at T > 0 (benchmarks/sampled_t1*.yaml; "
+    "docs/findings/sampled-acceptance.md) |",
 ]
 
 

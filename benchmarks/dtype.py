@@ -8,6 +8,7 @@ Decides the dtype models are converted to (README: "whichever runs faster").
 from __future__ import annotations
 
 import argparse
+import math
 
 from speedbench.client.run import run_load
 from speedbench.config import SpecConfig
@@ -41,7 +42,8 @@ def main() -> None:
     for dtype, s in results.items():
         tpot_ms = (s.tpot_s.p50 or float("nan")) * 1e3
         print(f"{dtype:>9}: {s.output_throughput_tok_s:6.2f} tok/s, TPOT p50 {tpot_ms:6.1f} ms")
-    ratio = results["bfloat16"].output_throughput_tok_s / results["float32"].output_throughput_tok_s
+    bf16, fp32 = (results[d].output_throughput_tok_s or math.nan for d in ("bfloat16", "float32"))
+    ratio = bf16 / fp32
     print(f"bf16 / fp32 throughput ratio: {ratio:.3f}")
 
 

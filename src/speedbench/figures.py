@@ -67,6 +67,33 @@ class Distribution(Result):
         )
 
 
+class LoadFigures(Result):
+    """Throughput and latency of a set of requests."""
+
+    num_requests: int
+    num_failed: int
+    error_rate: Figure
+    output_tokens: int
+    duration_s: Figure
+    output_throughput_tok_s: Figure
+    per_user_tok_s: Figure
+    request_throughput_rps: Figure = None  # absent from files written before it
+    arrival_rate_rps: Figure = None  # open loop: the rate requests were really due at
+    ttft_s: Distribution
+    tpot_s: Distribution
+    itl_s: Distribution
+    e2e_s: Distribution
+
+
+class SpreadFigures(Result):
+    """A figure's mean over repeats with its Student-t interval."""
+
+    mean: Figure
+    low: Figure
+    high: Figure
+    count: int
+
+
 # The acceptance views by name, in the order every report lists them (each declares its rule
 # and presentation in speedbench.metrics.views.VIEW_SPECS): a new view is named here once.
 ViewName = Literal["speed_bench", "stream", "engine", "counters", "server"]

@@ -19,7 +19,15 @@ from typing import Any
 
 from pydantic import Field
 
-from speedbench.figures import Distribution, Figure, Interval, Result, ViewFigures
+from speedbench.figures import (
+    Distribution,
+    Figure,
+    Interval,
+    LoadFigures,
+    Result,
+    SpreadFigures,
+    ViewFigures,
+)
 
 # The shape of every results file speedbench writes (a level's metrics.json, a sweep's
 # summary.json, a stage's acceptance.json / throughput.json / oracle.json / provenance.json).
@@ -50,24 +58,6 @@ def read_versioned(path: Path) -> dict[str, Any]:
 
 # Where a speedup compares an SD level with the baseline: split, batch size, request rate.
 LoadPointKey = tuple[str, int, float | None]
-
-
-class LoadFigures(Result):
-    """Throughput and latency of a set of requests."""
-
-    num_requests: int
-    num_failed: int
-    error_rate: Figure
-    output_tokens: int
-    duration_s: Figure
-    output_throughput_tok_s: Figure
-    per_user_tok_s: Figure
-    request_throughput_rps: Figure = None  # absent from files written before it
-    arrival_rate_rps: Figure = None  # open loop: the rate requests were really due at
-    ttft_s: Distribution
-    tpot_s: Distribution
-    itl_s: Distribution
-    e2e_s: Distribution
 
 
 class CounterDelta(Result):
@@ -145,15 +135,6 @@ class GoodputFigures(Result):
     total: int
     rate_rps: Figure
     fraction: Figure
-
-
-class SpreadFigures(Result):
-    """A figure's mean over repeats with its Student-t interval."""
-
-    mean: Figure
-    low: Figure
-    high: Figure
-    count: int
 
 
 class RepeatFigures(Result):

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from speedbench.figures import Distribution
+from speedbench.figures import Distribution, LoadFigures
 from speedbench.records import RequestRecord
 
 NAN = float("nan")
@@ -55,45 +54,6 @@ def itls_s(r: RequestRecord) -> list[float]:
     return [b - a for a, b in itertools.pairwise(t)]
 
 
-@dataclass(frozen=True)
-class LoadSummary:
-    """Latency/throughput of one load level (one configuration at one batch size)."""
-
-    num_requests: int
-    num_failed: int
-    error_rate: float
-    output_tokens: int
-    duration_s: float
-    output_throughput_tok_s: float
-    per_user_tok_s: float
-    request_throughput_rps: float
-    arrival_rate_rps: float
-    ttft_s: Distribution
-    tpot_s: Distribution
-    itl_s: Distribution
-    e2e_s: Distribution
-
-    def as_dict(self) -> dict[str, object]:
-        """Plain-JSON form."""
-        out: dict[str, object] = {
-            k: getattr(self, k)
-            for k in (
-                "num_requests",
-                "num_failed",
-                "error_rate",
-                "output_tokens",
-                "duration_s",
-                "output_throughput_tok_s",
-                "per_user_tok_s",
-                "request_throughput_rps",
-                "arrival_rate_rps",
-            )
-        }
-        for k in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
-            out[k] = getattr(self, k).model_dump()
-        return out
-
-
 def measured_duration_s(records: Sequence[RequestRecord]) -> float:
     """Wall time of a level: first arrival to last end, summed over its repeats.
 
@@ -124,7 +84,7 @@ def arrival_rate_rps(records: Sequence[RequestRecord]) -> float:
     return gaps / span if gaps and span > 0 else float("nan")
 
 
-def summarize_load(records: Sequence[RequestRecord]) -> LoadSummary:
+def summarize_load(records: Sequence[RequestRecord]) -> LoadFigures:
     """Summarise a load level.
 
     Throughput is successful output tokens (and requests) over the wall time from the first
@@ -137,7 +97,7 @@ def summarize_load(records: Sequence[RequestRecord]) -> LoadSummary:
     duration = measured_duration_s(records)
     tokens = sum(r.output_tokens for r in ok)
     tpot = Distribution.of([tpot_s(r) for r in ok])
-    return LoadSummary(
+    return LoadFigures(
         num_requests=n,
         num_failed=failed,
         error_rate=failed / n if n else float("nan"),

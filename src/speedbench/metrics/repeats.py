@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
 
+from speedbench.figures import SpreadFigures
 from speedbench.metrics.goodput import LatencyObjectives, goodput
 from speedbench.metrics.latency import summarize_load
 from speedbench.metrics.views import speed_bench_view
@@ -36,21 +36,7 @@ REPEAT_FIGURES = (
 )
 
 
-@dataclass(frozen=True)
-class Spread:
-    """Mean of a figure over repeats with a two-sided Student-t interval (NaN: too few)."""
-
-    mean: float
-    low: float
-    high: float
-    count: int
-
-    def as_dict(self) -> dict[str, float]:
-        """Plain-JSON form."""
-        return {"mean": self.mean, "low": self.low, "high": self.high, "count": self.count}
-
-
-def t_interval(values: Sequence[float | None], confidence: float = 0.95) -> Spread:
+def t_interval(values: Sequence[float | None], confidence: float = 0.95) -> SpreadFigures:
     """Mean of ``values`` (NaNs left out) with its Student-t interval.
 
     One value has a mean and no interval (NaN bounds); identical values have a zero-width one.
@@ -59,14 +45,14 @@ def t_interval(values: Sequence[float | None], confidence: float = 0.95) -> Spre
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     arr = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
     if arr.size == 0:
-        return Spread(math.nan, math.nan, math.nan, 0)
+        return SpreadFigures(mean=math.nan, low=math.nan, high=math.nan, count=0)
     mean = float(arr.mean())
     if arr.size == 1:
-        return Spread(mean, math.nan, math.nan, 1)
+        return SpreadFigures(mean=mean, low=math.nan, high=math.nan, count=1)
     half = float(
         stats.t.ppf((1 + confidence) / 2, arr.size - 1) * arr.std(ddof=1) / math.sqrt(arr.size)
     )
-    return Spread(mean, mean - half, mean + half, int(arr.size))
+    return SpreadFigures(mean=mean, low=mean - half, high=mean + half, count=int(arr.size))
 
 
 def repeat_figures(
@@ -89,7 +75,7 @@ def repeat_figures(
         "al_speed_bench_request_mean": math.nan,
     }
     if objectives is not None and objectives.any_set:
-        figures["goodput_rps"] = goodput(records, objectives, load.duration_s).rate_rps
+        figures["goodput_rps"] = goodput(records, objectives, load.duration_s or 0.0).rate_rps
     if k > 0:
         view = speed_bench_view(records, k, eos_id)
         figures["al_speed_bench_request_mean"] = view.al_request_mean
@@ -111,7 +97,7 @@ def across_repeats(
         return None
     per_repeat = [repeat_figures(by_repeat[i], k, objectives, eos_id) for i in sorted(by_repeat)]
     spread = {
-        name: t_interval([f[name] for f in per_repeat], confidence).as_dict()
+        name: t_interval([f[name] for f in per_repeat], confidence).model_dump()
         for name in REPEAT_FIGURES
     }
     return {

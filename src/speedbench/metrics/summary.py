@@ -37,7 +37,7 @@ def summarize_level(
     """
     records = measured(records)
     load = summarize_load(records)
-    overall: dict[str, object] = {"load": load.as_dict()}
+    overall: dict[str, object] = {"load": load.model_dump()}
     overall["errors_by_kind"] = dict(
         sorted(Counter(r.error_kind or "unknown" for r in records if not r.ok).items())
     )
@@ -53,14 +53,14 @@ def summarize_level(
         by_cat[r.category].append(r)
     per_category: dict[str, object] = {}
     for cat in sorted(by_cat):
-        entry: dict[str, object] = {"load": summarize_load(by_cat[cat]).as_dict()}
+        entry: dict[str, object] = {"load": summarize_load(by_cat[cat]).model_dump()}
         if k > 0:
             views = all_views(by_cat[cat], None, k, eos_id)  # counters are per level only
             entry["views"] = {n: v.model_dump() for n, v in views.items()}
         per_category[cat] = entry
     out: dict[str, object] = {"overall": overall, "per_category": per_category}
     if objectives is not None and objectives.any_set:
-        good = goodput(records, objectives, load.duration_s)
+        good = goodput(records, objectives, load.duration_s or 0.0)
         out["goodput"] = {
             "objectives": {n: getattr(objectives, n) for n in ("ttft_s", "tpot_s", "e2e_s")},
             "met": good.met,

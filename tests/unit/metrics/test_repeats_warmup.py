@@ -54,7 +54,7 @@ def test_t_interval_exact_values():
     half = 4.302652729911275 / math.sqrt(3)
     assert (spread.mean, spread.count) == (2.0, 3)
     assert spread.low == pytest.approx(2.0 - half) and spread.high == pytest.approx(2.0 + half)
-    assert t_interval([5.0, 5.0]).as_dict() == {"mean": 5.0, "low": 5.0, "high": 5.0, "count": 2}
+    assert t_interval([5.0, 5.0]).model_dump() == {"mean": 5.0, "low": 5.0, "high": 5.0, "count": 2}
     single = t_interval([7.0, float("nan")])
     assert single.mean == 7.0 and math.isnan(single.low) and single.count == 1
     with pytest.raises(ValueError, match="confidence must be in"):

@@ -53,7 +53,12 @@ def installed_release(python: str, distribution: str) -> Release | None:
 
 
 def engine_release(engine: EngineConfig, distribution: str) -> Release | None:
-    """The release ``engine`` will run: its image's tag in Docker, else the installed one."""
+    """The release ``engine`` will run: its image's tag in Docker, else the installed one.
+
+    None for an external server: someone else launched it, with whatever release they have.
+    """
+    if engine.launcher == "external":
+        return None
     if engine.launcher == "docker":
         from speedbench.engines.containers import container_spec
 

@@ -72,6 +72,8 @@ def launch_plan(engine: EngineConfig, spec: SpecConfig, sweep: SweepConfig) -> L
             *options["entrypoint"],
             *options["command"],
         ]
+    elif engine.launcher == "external":
+        command = [f"# already running at {engine.base_url}: nothing is launched"]
     else:
         files_dir = "<log folder>/<engine log>.files"
         args = adapter.server_args(engine, spec, files_dir=files_dir)
@@ -97,7 +99,7 @@ def launch_plan(engine: EngineConfig, spec: SpecConfig, sweep: SweepConfig) -> L
         label=spec.label,
         launcher=engine.launcher,
         command=redact_args(command),
-        files=adapter.launch_files(served, served_spec),
+        files={} if engine.launcher == "external" else adapter.launch_files(served, served_spec),
         env={k: redact(k, v) for k, v in env.items()},
         body=body,
         drafting_shape=adapter.drafting_shape(spec),

@@ -24,7 +24,7 @@ from speedbench.data.speed_bench import (
     load_speed_bench,
     with_entropy_tiers,
 )
-from speedbench.engines.base import UnsupportedSpecError, get_engine
+from speedbench.engines.base import UnsupportedSpecError, engine_method, get_engine
 from speedbench.engines.vllm import CPU_CONTEXT, cpu_vllm_engine, runs_on_cpu
 from speedbench.provision.models import resolve_dtype
 from speedbench.sweep_config import SweepConfig
@@ -170,7 +170,8 @@ def check_specs(engine: EngineConfig, specs: Sequence[SpecConfig]) -> None:
     """Refuse, before any launch, an SD config the engine (in its release) cannot run.
 
     The adapter builds every config's launch arguments, as it will at launch; what it refuses
-    here would otherwise surface when that config's turn came, after the baseline ran.
+    here would otherwise surface when that config's turn came, after the baseline ran. An
+    external server is launched by someone else: only its engine's methods are checked.
 
     Raises:
         ConfigError: The engine lacks a method, or the release a flag the config needs.
@@ -178,7 +179,10 @@ def check_specs(engine: EngineConfig, specs: Sequence[SpecConfig]) -> None:
     adapter = get_engine(engine.kind)
     for spec in specs:
         try:
-            adapter.server_args(engine, spec)
+            if engine.launcher != "external":
+                adapter.server_args(engine, spec)
+            elif spec.is_speculative:
+                engine_method(adapter.name, adapter.methods, spec.method)
         except UnsupportedSpecError as exc:
             raise ConfigError(f"{spec.label}: {exc}") from None
 

@@ -168,3 +168,24 @@ def test_a_sampled_sweep_on_vllms_cpu_build_is_warned_about():
     assert sampling_caveats(cpu, specs, 0.0, 0) == []  # greedy
     gpu = cpu.model_copy(update={"launcher": "docker", "gpus": "all"})
     assert sampling_caveats(gpu, specs, 1.0, 0) == []
+
+
+def test_an_external_server_gets_no_launch_built_or_refused():
+    # Someone else launched it: its release cannot be told, and no argument of ours reaches it;
+    # a method its engine lacks is still refused (the test above).
+    from speedbench.config import EngineConfig, SpecConfig
+    from speedbench.run.dryrun import sweep_launch_plans
+    from speedbench.run.plan import check_specs
+    from speedbench.sweep_config import SweepConfig
+
+    draft = SpecConfig(method="draft_model", num_speculative_tokens=3, draft_model="/d")
+    check_specs(EngineConfig(kind="trtllm", model="m", launcher="external"), [draft])
+    sweep = SweepConfig(
+        model="m", draft_model="/d", engine="trtllm", launcher="external",
+        methods=["none", "draft_model"], draft_lengths=[3],
+    )  # fmt: skip
+    plans = sweep_launch_plans(sweep, "m", "/d")
+    assert [p.command for p in plans] == [
+        ["# already running at http://127.0.0.1:8000: nothing is launched"]
+    ] * 2
+    assert all(p.files == {} for p in plans)

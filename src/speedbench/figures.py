@@ -94,6 +94,101 @@ class SpreadFigures(Result):
     count: int
 
 
+class SpecCounters(Result):
+    """An engine's speculative-decoding counters, in vLLM's names.
+
+    Read cumulative from the engine's metrics; a level's are the difference of the reads after
+    and before it (``after - before``), and that difference is what a level's results store.
+
+    Attributes:
+        num_drafts: Verification steps that carried a draft.
+        num_draft_tokens: Draft tokens proposed.
+        num_accepted_tokens: Draft tokens accepted.
+        accepted_per_pos: Accepted tokens at draft position 0..k-1 (empty where the engine
+            reports totals only: TensorRT-LLM).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    num_drafts: float = 0.0
+    num_draft_tokens: float = 0.0
+    num_accepted_tokens: float = 0.0
+    accepted_per_pos: tuple[float, ...] = ()
+
+    def __sub__(self, before: SpecCounters) -> SpecCounters:
+        n = max(len(self.accepted_per_pos), len(before.accepted_per_pos))
+        a = list(self.accepted_per_pos) + [0.0] * (n - len(self.accepted_per_pos))
+        b = list(before.accepted_per_pos) + [0.0] * (n - len(before.accepted_per_pos))
+        return SpecCounters(
+            num_drafts=self.num_drafts - before.num_drafts,
+            num_draft_tokens=self.num_draft_tokens - before.num_draft_tokens,
+            num_accepted_tokens=self.num_accepted_tokens - before.num_accepted_tokens,
+            accepted_per_pos=tuple(x - y for x, y in zip(a, b, strict=True)),
+        )
+
+    def __add__(self, other: SpecCounters) -> SpecCounters:
+        negated = SpecCounters(
+            num_drafts=-other.num_drafts,
+            num_draft_tokens=-other.num_draft_tokens,
+            num_accepted_tokens=-other.num_accepted_tokens,
+            accepted_per_pos=tuple(-x for x in other.accepted_per_pos),
+        )
+        return self - negated
+
+
+class OutputMismatch(Result):
+    """One SD request whose greedy output differs from the baseline's."""
+
+    prompt_id: str
+    turn: int
+    first_divergence: int
+    baseline_tokens: int
+    sd_tokens: int
+
+
+class LosslessFigures(Result):
+    """SD outputs against the no-SD baseline's, token for token (``metrics.lossless``)."""
+
+    compared: int
+    matched: int
+    # matched / compared; None when nothing could be compared.
+    match_rate: Figure
+    mismatches: list[OutputMismatch] = Field(default_factory=list)
+
+
+class Competitor(Result):
+    """A process that used the host's CPUs during a level."""
+
+    name: str
+    pid: int
+    cpu_s: float
+
+
+class HostFigures(Result):
+    """What else used the host during a level (:mod:`speedbench.hostcheck.contention`).
+
+    ``others_fraction`` is the others' CPU time as a fraction of the machine (all its cores, or
+    the engine's when it is bound) over the level; a level is ``flagged`` when that is above
+    ``threshold`` or another engine ran, and ``warning`` then names them in one line.
+    """
+
+    wall_s: float
+    cores: int
+    others_cpu_s: float
+    others_fraction: float
+    ours_cpu_s: float
+    host_busy_s: float
+    kernel_cpu_s: float = 0.0
+    load_1m: Figure
+    competitors: list[Competitor] = Field(default_factory=list)
+    other_engines: list[str] = Field(default_factory=list)
+    threshold: float
+    flagged: bool
+    warning: str | None = None
+    engine_cpus: str | None = None
+    client_cpus: str | None = None
+
+
 # The acceptance views by name, in the order every report lists them (each declares its rule
 # and presentation in speedbench.metrics.views.VIEW_SPECS): a new view is named here once.
 ViewName = Literal["speed_bench", "stream", "engine", "counters", "server"]

@@ -22,9 +22,11 @@ from pydantic import Field
 from speedbench.figures import (
     Distribution,
     Figure,
+    HostFigures,
     Interval,
     LoadFigures,
     Result,
+    SpecCounters,
     SpreadFigures,
     ViewFigures,
 )
@@ -60,15 +62,6 @@ def read_versioned(path: Path) -> dict[str, Any]:
 LoadPointKey = tuple[str, int, float | None]
 
 
-class CounterDelta(Result):
-    """The engine's SD counters over a level (after minus before)."""
-
-    num_drafts: float
-    num_draft_tokens: float
-    num_accepted_tokens: float
-    accepted_per_pos: list[float]
-
-
 class CategoryFigures(Result):
     """One category's share of a level."""
 
@@ -81,36 +74,8 @@ class LevelFigures(Result):
 
     load: LoadFigures
     errors_by_kind: dict[str, int] = Field(default_factory=dict)
-    counters: CounterDelta | None = None
+    counters: SpecCounters | None = None
     views: dict[str, ViewFigures] = Field(default_factory=dict)
-
-
-class Competitor(Result):
-    """A process that used the host's CPUs during a level."""
-
-    name: str
-    pid: int
-    cpu_s: float
-
-
-class HostFigures(Result):
-    """What else used the host during a level (:mod:`speedbench.hostcheck.contention`)."""
-
-    wall_s: float
-    cores: int
-    others_cpu_s: float
-    others_fraction: float
-    ours_cpu_s: float
-    host_busy_s: float
-    kernel_cpu_s: float = 0.0
-    load_1m: Figure
-    competitors: list[Competitor] = Field(default_factory=list)
-    other_engines: list[str] = Field(default_factory=list)
-    threshold: float
-    flagged: bool
-    warning: str | None = None
-    engine_cpus: str | None = None
-    client_cpus: str | None = None
 
 
 class PrefixCacheFigures(Result):
@@ -164,25 +129,6 @@ class LevelMetrics(Result):
     def read(cls, path: Path) -> LevelMetrics:
         """A level's ``metrics.json`` (:class:`StaleResults` if another schema wrote it)."""
         return cls.model_validate(read_versioned(path))
-
-
-class MismatchFigures(Result):
-    """One SD request whose greedy output differs from the baseline's."""
-
-    prompt_id: str
-    turn: int
-    first_divergence: int
-    baseline_tokens: int
-    sd_tokens: int
-
-
-class LosslessFigures(Result):
-    """SD outputs against the no-SD baseline's, token for token (greedy levels only)."""
-
-    compared: int
-    matched: int
-    match_rate: Figure
-    mismatches: list[MismatchFigures] = Field(default_factory=list)
 
 
 class CategoryAL(Result):

@@ -16,16 +16,14 @@ from typing import Any, Literal
 from pydantic import Field
 
 from speedbench.config import MODEL_FREE_METHODS
-from speedbench.figures import Figure, Interval, Result
+from speedbench.figures import Figure, Interval, LosslessFigures, Result, SpreadFigures
 from speedbench.metrics.pareto import LoadPoint, pareto_front, speedup
 from speedbench.results import (
     SCHEMA_VERSION,
     CategoryAL,
     LevelMetrics,
     LoadPointKey,
-    LosslessFigures,
     QuestionAL,
-    SpreadFigures,
     read_versioned,
     write_json,
 )

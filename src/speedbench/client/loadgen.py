@@ -39,7 +39,7 @@ from speedbench.client.request import RetryPolicy, encode_body, stream_one
 from speedbench.client.selfmeasure import WorkerMonitor, client_report
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineAdapter
-from speedbench.metrics.acceptance import SpecCounters
+from speedbench.figures import SpecCounters
 from speedbench.records import RequestRecord
 from speedbench.tokenize import PromptTokenizer
 from speedbench.workload import LoadSettings, WorkItem

@@ -21,7 +21,7 @@ from speedbench.client.loadgen import LoadResult, auto_workers, run_async, run_i
 from speedbench.client.multiproc import run_multiprocess
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineAdapter, EngineError
-from speedbench.metrics.acceptance import SpecCounters
+from speedbench.figures import SpecCounters
 from speedbench.records import RequestRecord
 from speedbench.tokenize import PromptTokenizer
 from speedbench.workload import LoadSettings, WorkItem

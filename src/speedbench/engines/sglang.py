@@ -41,7 +41,7 @@ from speedbench.engines.base import (
 )
 from speedbench.engines.containers import ContainerSpec, HostSettings, register_container
 from speedbench.engines.releases import Release, engine_release, release_name
-from speedbench.metrics.acceptance import SpecCounters
+from speedbench.figures import SpecCounters
 
 # SGLang's ServerArgs.__post_init__ sets max_running_requests to this for EAGLE, EAGLE3,
 # STANDALONE and NGRAM when the flag is unset (sglang 0.5.5 srt/server_args.py).

@@ -49,7 +49,7 @@ from speedbench.engines.base import (
 )
 from speedbench.engines.containers import ContainerSpec, HostSettings, register_container
 from speedbench.engines.releases import Release, engine_release
-from speedbench.metrics.acceptance import SpecCounters
+from speedbench.figures import SpecCounters
 
 NAME = "TensorRT-LLM"
 # speedbench method -> speculative_config.decoding_type (up to 1.2: dispatched by name in
@@ -234,7 +234,9 @@ class TRTLLMAdapter(EngineAdapter):
             drafts += sd.get("numRequestsWithDraftTokens", 0)
             draft_tokens += sd.get("numDraftTokens", 0)
             accepted += sd.get("numAcceptedTokens", 0)
-        return SpecCounters(drafts, draft_tokens, accepted, ())
+        return SpecCounters(
+            num_drafts=drafts, num_draft_tokens=draft_tokens, num_accepted_tokens=accepted
+        )
 
 
 register_container(

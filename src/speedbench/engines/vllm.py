@@ -27,7 +27,7 @@ from speedbench.engines.base import (
     register_engine,
     stream_error,
 )
-from speedbench.metrics.acceptance import SpecCounters
+from speedbench.figures import SpecCounters
 
 # The embedded default (README): vLLM's CPU build as a local process.
 

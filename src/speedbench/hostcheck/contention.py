@@ -28,9 +28,10 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from speedbench.figures import Competitor, HostFigures
 from speedbench.hostcheck.cpu import allowed_cpus
 
 PROC = Path("/proc")
@@ -172,68 +173,26 @@ def other_engines(
     return sorted(found)
 
 
-@dataclass
-class Contention:
-    """What else used the host during a level."""
-
-    wall_s: float
-    cores: int
-    others_cpu_s: float
-    ours_cpu_s: float
-    host_busy_s: float
-    kernel_cpu_s: float
-    load_1m: float
-    competitors: list[tuple[str, int, float]] = field(default_factory=list)
-    other_engines: list[str] = field(default_factory=list)
-    threshold: float = DEFAULT_THRESHOLD
-
-    @property
-    def others_fraction(self) -> float:
-        """Others' CPU time as a fraction of the machine (all cores) over the level."""
-        return self.others_cpu_s / (self.wall_s * self.cores) if self.wall_s > 0 else 0.0
-
-    @property
-    def flagged(self) -> bool:
-        """Whether others used more than the threshold, or another engine was running."""
-        return self.others_fraction > self.threshold or bool(self.other_engines)
-
-    def warning(self) -> str | None:
-        """One line naming what competed for the CPUs (None when the level was quiet)."""
-        if not self.flagged:
-            return None
-        names = ", ".join(
-            f"{n} ({f'pid {pid}, ' if pid else ''}{cpu:.1f} s)"
-            for n, pid, cpu in self.competitors[:5]
-        )
-        line = (
-            f"host contention: other processes used {self.others_fraction:.0%} of the "
-            f"{self.cores} cores during the level (threshold {self.threshold:.0%})"
-        )
-        if names:
-            line += f": {names}"
-        if self.other_engines:
-            line += f"; other engines running: {', '.join(self.other_engines)}"
-        return line + "; the numbers may be slowed by them"
-
-    def as_dict(self) -> dict[str, object]:
-        """Plain-JSON form."""
-        return {
-            "wall_s": self.wall_s,
-            "cores": self.cores,
-            "others_cpu_s": self.others_cpu_s,
-            "others_fraction": self.others_fraction,
-            "ours_cpu_s": self.ours_cpu_s,
-            "host_busy_s": self.host_busy_s,
-            "kernel_cpu_s": self.kernel_cpu_s,
-            "load_1m": self.load_1m,
-            "competitors": [
-                {"name": n, "pid": pid, "cpu_s": cpu} for n, pid, cpu in self.competitors[:10]
-            ],
-            "other_engines": self.other_engines,
-            "threshold": self.threshold,
-            "flagged": self.flagged,
-            "warning": self.warning(),
-        }
+def contention_warning(
+    others_fraction: float,
+    cores: int,
+    threshold: float,
+    competitors: list[Competitor],
+    engines: list[str],
+) -> str:
+    """One line naming what competed for the CPUs during a flagged level."""
+    names = ", ".join(
+        f"{c.name} ({f'pid {c.pid}, ' if c.pid else ''}{c.cpu_s:.1f} s)" for c in competitors[:5]
+    )
+    line = (
+        f"host contention: other processes used {others_fraction:.0%} of the "
+        f"{cores} cores during the level (threshold {threshold:.0%})"
+    )
+    if names:
+        line += f": {names}"
+    if engines:
+        line += f"; other engines running: {', '.join(engines)}"
+    return line + "; the numbers may be slowed by them"
 
 
 def compare(
@@ -242,7 +201,7 @@ def compare(
     ours: Callable[[int], bool],
     threshold: float = DEFAULT_THRESHOLD,
     cores: frozenset[int] | None = None,
-) -> Contention:
+) -> HostFigures:
     """Who used the CPUs between two snapshots: this measurement's processes, or others.
 
     With ``cores`` (the engine's, when it is bound), others are the processes allowed on them,
@@ -269,7 +228,8 @@ def compare(
                 others[pid] = (now.name, used)
             ended_s += reaped
     competitors = sorted(
-        ((name, pid, cpu) for pid, (name, cpu) in others.items()), key=lambda c: -c[2]
+        (Competitor(name=name, pid=pid, cpu_s=cpu) for pid, (name, cpu) in others.items()),
+        key=lambda c: -c.cpu_s,
     )
     wall = after.at - before.at
     if cores is None and after.process_s > before.process_s:
@@ -279,23 +239,36 @@ def compare(
     if ended_s > ENDED_MIN_SHARE * wall * len(os.sched_getaffinity(0)):
         # Processes that started and ended between the snapshots (a test run, a compiler, a
         # type checker): in neither snapshot, they show as their parents' reaped time.
-        competitors.append((ENDED, 0, ended_s))
-        competitors.sort(key=lambda c: -c[2])
+        competitors.append(Competitor(name=ENDED, pid=0, cpu_s=ended_s))
+        competitors.sort(key=lambda c: -c.cpu_s)
     try:
-        load = float((PROC / "loadavg").read_text().split()[0])
+        load: float | None = float((PROC / "loadavg").read_text().split()[0])
     except (OSError, ValueError, IndexError):
-        load = float("nan")
-    return Contention(
+        load = None
+    machine = len(cores) if cores else len(os.sched_getaffinity(0))
+    others_s = sum(c.cpu_s for c in competitors)
+    others_fraction = others_s / (wall * machine) if wall > 0 else 0.0
+    engines = other_engines(after.procs, ours, cores)
+    flagged = others_fraction > threshold or bool(engines)
+    return HostFigures(
         wall_s=wall,
-        cores=len(cores) if cores else len(os.sched_getaffinity(0)),
-        others_cpu_s=sum(cpu for _, _, cpu in competitors),
+        cores=machine,
+        others_cpu_s=others_s,
+        others_fraction=others_fraction,
         ours_cpu_s=ours_s,
         host_busy_s=after.busy_s - before.busy_s,
         kernel_cpu_s=kernel_s,
         load_1m=load,
-        competitors=competitors,
-        other_engines=other_engines(after.procs, ours, cores),
+        # The ten that used the most: enough to name a culprit, short enough to store per level.
+        competitors=competitors[:10],
+        other_engines=engines,
         threshold=threshold,
+        flagged=flagged,
+        warning=(
+            contention_warning(others_fraction, machine, threshold, competitors, engines)
+            if flagged
+            else None
+        ),
     )
 
 

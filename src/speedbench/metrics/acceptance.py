@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from speedbench.figures import SpecCounters
+
 
 @dataclass(frozen=True)
 class Acceptance:
@@ -41,18 +43,6 @@ class Acceptance:
     al_token_weighted: float
     al_request_mean: float = float("nan")
     histogram: list[int] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, object]:
-        """Plain-JSON form."""
-        return {
-            "k": self.k,
-            "num_steps": self.num_steps,
-            "conditional_ar": self.conditional_ar,
-            "joint_ar": self.joint_ar,
-            "al_token_weighted": self.al_token_weighted,
-            "al_request_mean": self.al_request_mean,
-            "histogram": self.histogram,
-        }
 
 
 def _rates_from_at_least(at_least: Sequence[float], k: int) -> tuple[list[float], list[float]]:
@@ -115,52 +105,6 @@ def acceptance_from_steps(per_request_steps: Sequence[Sequence[int]], k: int) ->
         mean_al,
         pooled.histogram,
     )
-
-
-@dataclass(frozen=True)
-class SpecCounters:
-    """Cumulative speculative-decoding counters of an engine (vLLM names).
-
-    Attributes:
-        num_drafts: Verification steps that carried a draft.
-        num_draft_tokens: Draft tokens proposed.
-        num_accepted_tokens: Draft tokens accepted.
-        accepted_per_pos: Accepted tokens at draft position 0..k-1.
-    """
-
-    num_drafts: float = 0.0
-    num_draft_tokens: float = 0.0
-    num_accepted_tokens: float = 0.0
-    accepted_per_pos: tuple[float, ...] = ()
-
-    def __sub__(self, before: SpecCounters) -> SpecCounters:
-        n = max(len(self.accepted_per_pos), len(before.accepted_per_pos))
-        a = list(self.accepted_per_pos) + [0.0] * (n - len(self.accepted_per_pos))
-        b = list(before.accepted_per_pos) + [0.0] * (n - len(before.accepted_per_pos))
-        return SpecCounters(
-            self.num_drafts - before.num_drafts,
-            self.num_draft_tokens - before.num_draft_tokens,
-            self.num_accepted_tokens - before.num_accepted_tokens,
-            tuple(x - y for x, y in zip(a, b, strict=True)),
-        )
-
-    def __add__(self, other: SpecCounters) -> SpecCounters:
-        negated = SpecCounters(
-            -other.num_drafts,
-            -other.num_draft_tokens,
-            -other.num_accepted_tokens,
-            tuple(-x for x in other.accepted_per_pos),
-        )
-        return self - negated
-
-    def as_dict(self) -> dict[str, object]:
-        """Plain-JSON form."""
-        return {
-            "num_drafts": self.num_drafts,
-            "num_draft_tokens": self.num_draft_tokens,
-            "num_accepted_tokens": self.num_accepted_tokens,
-            "accepted_per_pos": list(self.accepted_per_pos),
-        }
 
 
 def acceptance_from_counters(delta: SpecCounters, k: int | None = None) -> Acceptance:

@@ -10,43 +10,9 @@ anywhere else.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
 
+from speedbench.figures import LosslessFigures, OutputMismatch
 from speedbench.records import RequestRecord
-
-
-@dataclass(frozen=True)
-class Mismatch:
-    """One SD request whose output differs from the baseline's."""
-
-    prompt_id: str
-    turn: int
-    first_divergence: int
-    baseline_tokens: int
-    sd_tokens: int
-
-
-@dataclass(frozen=True)
-class LosslessCheck:
-    """How many SD requests match the baseline token for token, and where the others diverge."""
-
-    compared: int
-    matched: int
-    mismatches: list[Mismatch] = field(default_factory=list)
-
-    @property
-    def match_rate(self) -> float:
-        """Matched / compared (NaN when nothing could be compared)."""
-        return self.matched / self.compared if self.compared else float("nan")
-
-    def as_dict(self) -> dict[str, object]:
-        """Plain-JSON form."""
-        return {
-            "compared": self.compared,
-            "matched": self.matched,
-            "match_rate": self.match_rate,
-            "mismatches": [asdict(m) for m in self.mismatches],
-        }
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -57,7 +23,9 @@ def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def lossless_check(sd: Sequence[RequestRecord], baseline: Sequence[RequestRecord]) -> LosslessCheck:
+def lossless_check(
+    sd: Sequence[RequestRecord], baseline: Sequence[RequestRecord]
+) -> LosslessFigures:
     """Compare every successful SD request with the successful baseline request of its turn.
 
     Warm-up requests are compared on neither side. Every repeat of an SD request is compared
@@ -79,9 +47,18 @@ def lossless_check(sd: Sequence[RequestRecord], baseline: Sequence[RequestRecord
             matched += 1
         else:
             mismatches.append(
-                Mismatch(
-                    r.prompt_id, r.turn, at, len(other.output_token_ids), len(r.output_token_ids)
+                OutputMismatch(
+                    prompt_id=r.prompt_id,
+                    turn=r.turn,
+                    first_divergence=at,
+                    baseline_tokens=len(other.output_token_ids),
+                    sd_tokens=len(r.output_token_ids),
                 )
             )
     mismatches.sort(key=lambda m: (m.prompt_id, m.turn))
-    return LosslessCheck(compared, matched, mismatches)
+    return LosslessFigures(
+        compared=compared,
+        matched=matched,
+        match_rate=matched / compared if compared else None,
+        mismatches=mismatches,
+    )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
-from speedbench.metrics.acceptance import SpecCounters
+from speedbench.figures import SpecCounters
 from speedbench.metrics.goodput import LatencyObjectives, goodput
 from speedbench.metrics.latency import summarize_load
 from speedbench.metrics.repeats import across_repeats
@@ -43,7 +43,7 @@ def summarize_level(
     )
     if k > 0:
         if counters is not None and counters.num_drafts > 0:
-            overall["counters"] = counters.as_dict()
+            overall["counters"] = counters
         views = all_views(records, counters, k, eos_id)
         if server_al is not None:
             views["server"] = server_view(server_al, k)

@@ -49,8 +49,8 @@ from typing import get_args
 
 import numpy as np
 
-from speedbench.figures import ViewFigures, ViewName
-from speedbench.metrics.acceptance import SpecCounters, acceptance_from_counters
+from speedbench.figures import SpecCounters, ViewFigures, ViewName
+from speedbench.metrics.acceptance import acceptance_from_counters
 from speedbench.metrics.bootstrap import mean_ci, ratio_ci
 from speedbench.records import RequestRecord
 

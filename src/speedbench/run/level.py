@@ -217,11 +217,12 @@ def measure_level(
     )
     figures["client"] = result.extras.get("client")
     figures["prefix_cache"] = {"mode": cache_mode, **(result.extras.get("prefix_cache") or {})}
-    figures["host"] = {
-        **host.as_dict(),
-        "engine_cpus": format_cpu_list(engine_cores) if engine_cores else None,
-        "client_cpus": format_cpu_list(client_cores),
-    }
+    figures["host"] = host.model_copy(
+        update={
+            "engine_cpus": format_cpu_list(engine_cores) if engine_cores else None,
+            "client_cpus": format_cpu_list(client_cores),
+        }
+    )
     figures["failed"] = engine_failure(running, settings, result.aborted) or None
     figures["config"] = {
         "engine": redacted_engine(running.engine),
@@ -244,7 +245,7 @@ def measure_level(
     write_json(directory / "metrics.json", metrics.model_dump(mode="json"))
     where = f"{running.spec.label} {settings.split} {level_load(settings)}"
     if host.flagged:
-        log.warning("%s: %s", where, host.warning())
+        log.warning("%s: %s", where, host.warning)
     warning = (metrics.client or {}).get("warning")
     if warning:
         log.warning("%s: %s", where, warning)
@@ -370,7 +371,7 @@ def refuse_busy_host(running: RunningEngine, settings: LoadSettings, probe_s: fl
     if probe.flagged:
         raise HostBusyError(
             f"not measuring {running.spec.label} {settings.split} {level_load(settings)} "
-            f"(strict_host): {probe.warning()}"
+            f"(strict_host): {probe.warning}"
         )
 
 

@@ -39,6 +39,7 @@ from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineError, get_engine
 from speedbench.engines.launchers import OpenEngine, check_available
 from speedbench.engines.running import engine_environment, passed_env
+from speedbench.figures import LosslessFigures
 from speedbench.hostcheck.cpu import cpu_info
 from speedbench.metrics.lossless import lossless_check
 from speedbench.oracle.predict import OracleLevel
@@ -47,7 +48,6 @@ from speedbench.provision.models import engine_weights
 from speedbench.records import read_parquet
 from speedbench.report.html import write_sweep_report
 from speedbench.report.plots import write_plots
-from speedbench.results import LosslessFigures, finite
 from speedbench.run.best_k import recommendation_verdicts, with_best_k
 from speedbench.run.hooks import (
     DiskResume,
@@ -568,7 +568,7 @@ def _lossless(level: LevelResult, baseline_dir: Path) -> LosslessFigures | None:
             level.label, level.split, level.batch_size, check.compared - check.matched,
             check.compared, first.prompt_id, first.turn, first.first_divergence,
         )  # fmt: skip
-    return LosslessFigures.model_validate(finite(check.as_dict()))
+    return check
 
 
 def _finish(

@@ -10,7 +10,8 @@ import yaml
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.engines.base import UnsupportedSpecError
-from speedbench.metrics.acceptance import SpecCounters, acceptance_from_counters
+from speedbench.figures import SpecCounters
+from speedbench.metrics.acceptance import acceptance_from_counters
 
 ENGINE = EngineConfig(model="/m", port=30000, dtype="bfloat16")
 # TensorRT-LLM in its pinned image (release 1.2.0): some of its keys differ by release.
@@ -253,7 +254,9 @@ def test_trtllm_iteration_stats_give_exact_al(trtllm):
         {"iter": 3},
     ]  # fmt: skip
     counters = trtllm.parse_counters(json.dumps(stats))
-    assert counters == SpecCounters(8.0, 24.0, 15.0, ())
+    assert counters == SpecCounters(
+        num_drafts=8.0, num_draft_tokens=24.0, num_accepted_tokens=15.0, accepted_per_pos=()
+    )
     acc = acceptance_from_counters(counters, 3)
     assert acc.al_token_weighted == 1 + 15 / 8
     assert trtllm.counters_reset_on_read is True

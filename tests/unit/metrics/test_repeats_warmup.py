@@ -8,7 +8,7 @@ import pytest
 
 from speedbench.client.loadgen import LoadResult
 from speedbench.config import ConfigError, load_config
-from speedbench.metrics.acceptance import SpecCounters
+from speedbench.figures import SpecCounters
 from speedbench.metrics.goodput import LatencyObjectives
 from speedbench.metrics.latency import summarize_load
 from speedbench.metrics.lossless import lossless_check
@@ -131,18 +131,24 @@ def test_warmup_items_count_requests_and_cycle_when_there_are_few():
 def test_merge_runs_pools_records_and_sums_counters_and_cache_traffic():
     first = LoadResult(
         [rec("a", 0.0)],
-        SpecCounters(2, 6, 3, (2, 1, 0)),
+        SpecCounters(
+            num_drafts=2, num_draft_tokens=6, num_accepted_tokens=3, accepted_per_pos=(2, 1, 0)
+        ),
         2.0,
         {"client": {"warning": None}, "prefix_cache": {"query_tokens": 10, "hit_tokens": 0}},
     )
     second = LoadResult(
         [rec("a", 5.0, repeat=1)],
-        SpecCounters(1, 3, 3, (1, 1, 1)),
+        SpecCounters(
+            num_drafts=1, num_draft_tokens=3, num_accepted_tokens=3, accepted_per_pos=(1, 1, 1)
+        ),
         3.0,
         {"client": {"warning": "late"}, "prefix_cache": {"query_tokens": 10, "hit_tokens": 4}},
     )
     merged = merge_runs([first, second])
-    assert merged.counters == SpecCounters(3, 9, 6, (3, 2, 1))
+    assert merged.counters == SpecCounters(
+        num_drafts=3, num_draft_tokens=9, num_accepted_tokens=6, accepted_per_pos=(3, 2, 1)
+    )
     assert merged.duration_s == 5.0 and len(merged.records) == 2
     assert merged.extras["prefix_cache"] == {"query_tokens": 20, "hit_tokens": 4}
     assert merged.extras["client"]["warning"] == "late"

@@ -131,8 +131,8 @@ def test_questions_sent_on_fewer_turns_than_the_split_has_are_flagged():
 
 
 def test_the_report_says_when_greedy_sd_was_not_lossless_on_this_dtype():
+    from speedbench.figures import LosslessFigures
     from speedbench.report.text import lossless_verdict
-    from speedbench.results import LosslessFigures
     from speedbench.sweep_summary import SummaryRow, SweepSummary
 
     def level(matched):

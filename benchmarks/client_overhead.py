@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from speedbench.client.run import run_load
+from speedbench.client.measure import run_load
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.engines.local import free_port

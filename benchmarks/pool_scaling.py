@@ -25,7 +25,7 @@ from pathlib import Path
 
 from speedbench.engines.local import free_port
 from speedbench.hostcheck.cpu import cpu_info
-from speedbench.stores import StorePorts, TeamStores
+from speedbench.operations.stores import StorePorts, TeamStores
 from speedbench.sweep_config import SweepConfig
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from speedbench.config import load_params
 from speedbench.errors import finish
-from speedbench.oracle.run import read_oracle, read_speedup_model
+from speedbench.oracle.in_sweep import read_oracle, read_speedup_model
 from speedbench.pipeline.stages import STAGES, stage_sweep, write_stage_metrics
 from speedbench.sweep_summary import SweepSummary
 

@@ -22,7 +22,7 @@ from speedbench.config import EngineConfig, SpecConfig, load_params
 from speedbench.engines.launchers import OpenEngine
 from speedbench.engines.running import RunningEngine
 from speedbench.hostcheck.cpu import ENGINE_CPUS_ENV
-from speedbench.oracle.run import (
+from speedbench.oracle.in_sweep import (
     oracle_paths,
     oracle_scalars,
     read_oracle,
@@ -41,7 +41,7 @@ from speedbench.tokenize import PromptTokenizer
 from speedbench.workload import LoadSettings, WorkItem
 from tasks.engine import start_engine
 from tasks.level import LEVEL_ARTIFACTS, log_failure, log_level, run_level
-from tasks.splits import provision_model
+from tasks.models import provision_model
 from tasks.summary import close_sweep, write_category_table
 from tasks.tracking import Tracker
 

@@ -1,4 +1,4 @@
-"""Tasks that build the splits and provision models (retried: their first step is a download)."""
+"""Tasks that build the splits (retried once: a source may be read from a download)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,8 @@ from prefect import task
 
 from speedbench.data.qualitative import QualitativeParams, build_qualitative
 from speedbench.data.throughput import ThroughputParams, build_throughput
-from speedbench.provision.models import resolve_dtype, resolve_model
+from speedbench.provision.models import resolve_model
 from speedbench.tokenize import PromptTokenizer
-
-
-@task(retries=2, retry_delay_seconds=10)
-def provision_model(name: str, dtype: str = "auto") -> str:
-    """A packaged model converted once and cached (or a path / hub id passed through)."""
-    return resolve_model(name, dtype=resolve_dtype(dtype))
 
 
 @task(retries=1, retry_delay_seconds=5)

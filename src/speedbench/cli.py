@@ -126,7 +126,7 @@ def _verify_reference(args: argparse.Namespace) -> None:
 
 
 def _stores(args: argparse.Namespace) -> None:
-    from speedbench.stores import StorePorts, TeamStores
+    from speedbench.operations.stores import StorePorts, TeamStores
 
     ports = StorePorts(args.postgres_port, args.mlflow_port, args.prefect_port)
     stores = TeamStores(args.root, ports)

@@ -30,11 +30,11 @@ from speedbench.data.prompts import PromptSetError
 from speedbench.data.sources import SourceError
 from speedbench.data.throughput import ThroughputError
 from speedbench.engines.base import EngineError
+from speedbench.operations.stores import StoreError
 from speedbench.provision.models import ProvisionError
 from speedbench.provision.pypi import FetchError
 from speedbench.results import StaleResults
 from speedbench.run.level import HostBusyError
-from speedbench.stores import StoreError
 from speedbench.tokenize import TokenizationError
 
 # Failures a user can cause and fix; anything else is a bug and keeps its traceback.

@@ -22,8 +22,8 @@ DTYPE_HELP = "weights/compute dtype; auto = bfloat16 on CPUs with native bf16, e
 
 
 def _oracle(args: argparse.Namespace) -> Any:
+    from speedbench.oracle.in_sweep import baseline_eos
     from speedbench.oracle.predict import OracleLevel, check_measured, figures_at, predict
-    from speedbench.oracle.run import baseline_eos
     from speedbench.records import read_parquet
     from speedbench.report.oracle import al_by_k_table, check_table, render_variants
     from speedbench.results import write_json
@@ -123,14 +123,14 @@ def _oracle_sampled(args: argparse.Namespace) -> Any:
 
 def _tune(args: argparse.Namespace) -> Any:
     from speedbench.engines.base import UnsupportedSpecError
-    from speedbench.oracle.run import read_speedup_model
+    from speedbench.oracle.in_sweep import read_speedup_model
     from speedbench.oracle.schedule import engine_schedules
     from speedbench.report.oracle import render_speedup
     from speedbench.results import write_json
 
     sweep = Path(args.results)
     if args.refit:
-        from speedbench.oracle.run import refit_speedup_model
+        from speedbench.oracle.in_sweep import refit_speedup_model
 
         try:
             refit_speedup_model(sweep, args.token_budget)

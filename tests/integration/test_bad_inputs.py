@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 from tests.integration.conftest import FAULTS
 
-from speedbench.client.run import run_load
+from speedbench.client.measure import run_load
 from speedbench.config import ConfigError, EngineConfig, SpecConfig, load_config
 from speedbench.config import load_params as read_params
 from speedbench.data.prompts import PromptSetError, load_prompt_file

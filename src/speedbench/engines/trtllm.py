@@ -23,7 +23,7 @@ options file against:
   call, from a ``deque(maxlen=iter_stats_max_iterations or 1000)`` that the read empties, each
   with ``specDecodingStats`` (``numDraftTokens``, ``numAcceptedTokens``,
   ``numRequestsWithDraftTokens``). The level reads them while it runs
-  (:mod:`speedbench.client.run`), so a long level loses none; TensorRT-LLM reports no
+  (:mod:`speedbench.client.measure`), so a long level loses none; TensorRT-LLM reports no
   per-position counts.
 """
 
@@ -66,7 +66,7 @@ METHODS = {
 DRAFT_TARGET_RENAMED = (1, 3, 0)
 OPTIONS_FILE = "extra_llm_api_options.yaml"
 # Iteration statistics the server keeps between two reads of /metrics (its default is 1,000).
-# The level reads every ITER_STATS_POLL_S seconds (client/run.py), so this holds minutes of
+# The level reads every ITER_STATS_POLL_S seconds (client/measure.py), so this holds minutes of
 # iterations even at a millisecond each.
 ITER_STATS_MAX_ITERATIONS = 100_000
 

@@ -14,8 +14,8 @@ import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
+from speedbench.oracle.in_sweep import read_oracle
 from speedbench.oracle.predict import OracleLevel, average_al
-from speedbench.oracle.run import read_oracle
 from speedbench.sweep_summary import SummaryRow, SweepSummary
 
 FINDINGS_K = 3  # the paper's draft length

@@ -24,8 +24,8 @@ from pathlib import Path
 import markdown
 
 from speedbench.figures import Figure
+from speedbench.oracle.in_sweep import read_oracle, read_speedup_model
 from speedbench.oracle.predict import OracleLevel
-from speedbench.oracle.run import read_oracle, read_speedup_model
 from speedbench.report.interactive import al_heatmap, figures_html, oracle_curves, speedup_curves
 from speedbench.report.text import host_line, load_sweeps, lossless_verdict, render, report_plots
 from speedbench.results import CategoryAL

@@ -1,6 +1,6 @@
 """The greedy acceptance oracle in the report: AL by k per category, best k, measured vs predicted.
 
-Reads the oracle levels of a sweep folder (:func:`speedbench.oracle.run.read_oracle`) and
+Reads the oracle levels of a sweep folder (:func:`speedbench.oracle.in_sweep.read_oracle`) and
 writes Markdown tables (its plots: :mod:`speedbench.report.plots`). Every AL names its view:
 Category_AL and Average_AL are SPEED-Bench's (``speed_bench``); the break-even model uses the
 stream view's tokens per target step.

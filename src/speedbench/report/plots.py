@@ -233,7 +233,7 @@ def write_plots(summary: SweepSummary, out_dir: str | Path) -> list[Path]:
     The oracle's and the speedup model's are drawn from the files beside the summary, where
     the sweep made them.
     """
-    from speedbench.oracle.run import read_oracle, read_speedup_model
+    from speedbench.oracle.in_sweep import read_oracle, read_speedup_model
 
     out = Path(out_dir)
     made = [

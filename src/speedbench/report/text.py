@@ -14,7 +14,7 @@ from typing import Any
 from speedbench.config import ConfigError
 from speedbench.hostcheck.cpu import format_kernel_caps
 from speedbench.metrics.views import VIEW_SPECS
-from speedbench.oracle.run import read_oracle, read_speedup_model
+from speedbench.oracle.in_sweep import read_oracle, read_speedup_model
 from speedbench.report.findings import FINDINGS_NOTE, findings_table
 from speedbench.report.oracle import render_oracle, render_speedup
 from speedbench.sweep_summary import SummaryRow, SweepSummary

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from speedbench.client.loadgen import LoadResult, engine_gone
-from speedbench.client.run import reset_prefix_cache, run_load
+from speedbench.client.measure import reset_prefix_cache, run_load
 from speedbench.config import EngineConfig
 from speedbench.engines.base import EngineError
 from speedbench.engines.docker import remote_host

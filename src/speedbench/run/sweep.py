@@ -23,7 +23,7 @@ Output layout under ``out_dir``::
     <config>/<split>/rate<R>/...        one open-loop level (R requests/s)
     <config>/<split>/<load>/identity.json  what defines the level (the resume key)
     summary.json                        the SweepSummary, rewritten as each config ends
-    oracle/...                          the greedy acceptance oracle (speedbench.oracle.run)
+    oracle/...                          the greedy acceptance oracle (speedbench.oracle.in_sweep)
     plots/*.png                         conditional AR, Pareto, AL heatmap, speedup
 """
 
@@ -42,8 +42,13 @@ from speedbench.engines.running import engine_environment, passed_env
 from speedbench.figures import LosslessFigures
 from speedbench.hostcheck.cpu import cpu_info
 from speedbench.metrics.lossless import lossless_check
+from speedbench.oracle.in_sweep import (
+    ORACLE_DIR,
+    read_speedup_model,
+    with_oracle,
+    write_speedup_model,
+)
 from speedbench.oracle.predict import OracleLevel
-from speedbench.oracle.run import ORACLE_DIR, read_speedup_model, with_oracle, write_speedup_model
 from speedbench.provision.models import engine_weights
 from speedbench.records import read_parquet
 from speedbench.report.html import write_sweep_report

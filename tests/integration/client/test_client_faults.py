@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from speedbench.client.run import run_load
+from speedbench.client.measure import run_load
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.engines.local import free_port

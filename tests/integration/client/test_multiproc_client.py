@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from speedbench.client.loadgen import auto_workers, slot_counts
-from speedbench.client.run import run_load
+from speedbench.client.measure import run_load
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.workload import LoadSettings, WorkItem

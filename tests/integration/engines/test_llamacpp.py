@@ -30,7 +30,7 @@ import pytest
 from tests.integration.conftest import our_containers
 from tests.integration.engines.test_vllm_exact import PROMPTS
 
-from speedbench.client.run import run_load
+from speedbench.client.measure import run_load
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.launchers import engine_session
 from speedbench.engines.llamacpp import LLAMA_CPP_VERSION, hf_to_gguf

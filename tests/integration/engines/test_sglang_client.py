@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from speedbench.client.run import run_load
+from speedbench.client.measure import run_load
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.engines.local import free_port
@@ -96,7 +96,7 @@ def test_engine_step_and_server_acceptance_reach_the_level_metrics(sglang_level)
 
 def test_the_server_info_of_a_release_before_0_5_10_is_found_and_gives_the_version():
     # The synthetic server speaks 0.5.5: /get_server_info only, no /server_info, no /version.
-    from speedbench.client.run import scrape_metrics
+    from speedbench.client.measure import scrape_metrics
 
     port = free_port()
     adapter = get_engine("sglang")

@@ -19,7 +19,7 @@ import httpx
 import pytest
 import yaml
 
-from speedbench.client.run import reset_prefix_cache, run_load
+from speedbench.client.measure import reset_prefix_cache, run_load
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.engines.local import free_port

@@ -14,7 +14,7 @@ import dataclasses
 import pytest
 from tests.integration.conftest import TINY_PROMPTS
 
-from speedbench.client.run import run_load
+from speedbench.client.measure import run_load
 from speedbench.config import SpecConfig
 from speedbench.engines.local import free_port, launch_local
 from speedbench.engines.vllm import cpu_vllm_engine

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from tests.specdec_reference import specbench_figures
 
-from speedbench.client.run import run_load
+from speedbench.client.measure import run_load
 from speedbench.config import SpecConfig
 from speedbench.data.prompts import mtbench_prompts
 from speedbench.engines.local import free_port, launch_local

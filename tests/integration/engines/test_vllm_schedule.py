@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 from tests.integration.conftest import TINY_PROMPTS
 
-from speedbench.client.run import run_load
+from speedbench.client.measure import run_load
 from speedbench.engines.local import free_port, launch_local
 from speedbench.engines.vllm import cpu_vllm_engine, speculative_config
 from speedbench.oracle.schedule import vllm_spec

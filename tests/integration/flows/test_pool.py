@@ -33,8 +33,8 @@ from tests.integration.conftest import default_sigint, engine_pids
 
 from speedbench import REPO_ROOT
 from speedbench.engines.local import free_port
+from speedbench.operations.stores import StorePorts, TeamStores
 from speedbench.report.text import format_summary
-from speedbench.stores import StorePorts, TeamStores
 from speedbench.sweep_config import SweepConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.pool]

@@ -226,7 +226,7 @@ def test_the_cli_runs_the_same_sweep_to_the_same_summary(swept, tmp_path, capsys
 
 def test_the_oracle_predicts_every_k_and_the_measured_levels_exactly(swept):
     """Draft == target: every draft is accepted, so the predicted stream AL is known per k."""
-    from speedbench.oracle.run import read_oracle
+    from speedbench.oracle.in_sweep import read_oracle
 
     summary, client, config, _ = swept
     out = Path(config.output.out_dir) / config.name
@@ -267,7 +267,7 @@ def test_the_speedup_model_predicts_each_measured_level_without_its_timings(swep
     """Step costs from the stream, leave-one-out checks, the recommendation measured, a schedule."""
     import json
 
-    from speedbench.oracle.run import read_speedup_model
+    from speedbench.oracle.in_sweep import read_speedup_model
     from speedbench.oracle.schedule import check_ranges
 
     summary, client, config, _ = swept

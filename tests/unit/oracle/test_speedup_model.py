@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from speedbench.engines.base import UnsupportedSpecError
+from speedbench.oracle.calibrate import fit_sd_passes
 from speedbench.oracle.recommend import (
     best_of,
-    fit_sd_passes,
     recommended_k,
     schedule,
     speedups,

@@ -1,9 +1,11 @@
 """The figure types that both the metrics and the results files carry: one shape per concept.
 
-The metrics layer computes an :class:`Interval` or a :class:`Distribution` and the typed
-results (:mod:`speedbench.results`) store that same object; nothing converts one shape into
-another in between. A figure that is undefined (no request, no drafted step) is NaN in memory
-and ``null`` in JSON (:func:`speedbench.results.write_json`).
+The metrics layer computes these objects (a level's as one :class:`LevelSummary`, from
+:func:`speedbench.metrics.summary.summarize_level`) and the typed results
+(:mod:`speedbench.results`) store the same objects; nothing converts one shape into another in
+between. A figure that is undefined (no request, no drafted step) is NaN as the metrics compute
+it and ``null`` in JSON (:func:`speedbench.results.write_json`); a level's ``LevelMetrics`` holds
+None there, as it reads back from its file.
 """
 
 from __future__ import annotations
@@ -240,3 +242,47 @@ class ViewFigures(Result):
     conditional_ar_by_length: dict[str, Figure] = Field(default_factory=dict)
     joint_ar_by_length: dict[str, Figure] = Field(default_factory=dict)
     failed_units: list[str] = Field(default_factory=list)
+
+
+class CategoryFigures(Result):
+    """One category's share of a level."""
+
+    load: LoadFigures
+    views: dict[str, ViewFigures] = Field(default_factory=dict)
+
+
+class LevelFigures(Result):
+    """A level's figures over all its requests: load, errors, raw SD counters, named views."""
+
+    load: LoadFigures
+    errors_by_kind: dict[str, int] = Field(default_factory=dict)
+    counters: SpecCounters | None = None
+    views: dict[str, ViewFigures] = Field(default_factory=dict)
+
+
+class GoodputFigures(Result):
+    """Requests that met every latency objective set (:mod:`speedbench.metrics.goodput`)."""
+
+    objectives: dict[str, Figure]
+    met: int
+    total: int
+    rate_rps: Figure
+    fraction: Figure
+
+
+class RepeatFigures(Result):
+    """A level measured several times (:mod:`speedbench.metrics.repeats`)."""
+
+    count: int
+    confidence: float
+    per_repeat: list[dict[str, Figure]]
+    spread: dict[str, SpreadFigures]
+
+
+class LevelSummary(Result):
+    """The figures of one level's requests (:func:`speedbench.metrics.summary.summarize_level`)."""
+
+    overall: LevelFigures
+    per_category: dict[str, CategoryFigures]
+    goodput: GoodputFigures | None = None
+    repeats: RepeatFigures | None = None

@@ -24,11 +24,8 @@ from speedbench.figures import (
     Figure,
     HostFigures,
     Interval,
-    LoadFigures,
+    LevelSummary,
     Result,
-    SpecCounters,
-    SpreadFigures,
-    ViewFigures,
 )
 
 # The shape of every results file speedbench writes (a level's metrics.json, a sweep's
@@ -62,22 +59,6 @@ def read_versioned(path: Path) -> dict[str, Any]:
 LoadPointKey = tuple[str, int, float | None]
 
 
-class CategoryFigures(Result):
-    """One category's share of a level."""
-
-    load: LoadFigures
-    views: dict[str, ViewFigures] = Field(default_factory=dict)
-
-
-class LevelFigures(Result):
-    """A level's figures over all its requests: load, errors, raw SD counters, named views."""
-
-    load: LoadFigures
-    errors_by_kind: dict[str, int] = Field(default_factory=dict)
-    counters: SpecCounters | None = None
-    views: dict[str, ViewFigures] = Field(default_factory=dict)
-
-
 class PrefixCacheFigures(Result):
     """The engine's prefix cache over a level: what applied, and what the engine reported.
 
@@ -92,32 +73,13 @@ class PrefixCacheFigures(Result):
     hit_tokens: float | None = None
 
 
-class GoodputFigures(Result):
-    """Requests that met every latency objective set (:mod:`speedbench.metrics.goodput`)."""
+class LevelMetrics(LevelSummary):
+    """Everything measured at one level: one SD config, one split, one load point.
 
-    objectives: dict[str, Figure]
-    met: int
-    total: int
-    rate_rps: Figure
-    fraction: Figure
+    The figures of its requests (:class:`~speedbench.figures.LevelSummary`), and what the run
+    around them saw: the client's own health, the host, the prefix cache, a failure, the config.
+    """
 
-
-class RepeatFigures(Result):
-    """A level measured several times (:mod:`speedbench.metrics.repeats`)."""
-
-    count: int
-    confidence: float
-    per_repeat: list[dict[str, Figure]]
-    spread: dict[str, SpreadFigures]
-
-
-class LevelMetrics(Result):
-    """Everything measured at one level: one SD config, one split, one load point."""
-
-    overall: LevelFigures
-    per_category: dict[str, CategoryFigures]
-    goodput: GoodputFigures | None = None
-    repeats: RepeatFigures | None = None
     client: dict[str, Any] | None = None
     host: HostFigures | None = None
     prefix_cache: PrefixCacheFigures | None = None

@@ -14,8 +14,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from speedbench.figures import GoodputFigures
 from speedbench.metrics.latency import e2e_s, tpot_s, ttft_s
 from speedbench.records import RequestRecord
+
+# The objectives a level may set, by name.
+OBJECTIVES = ("ttft_s", "tpot_s", "e2e_s")
 
 
 @dataclass(frozen=True)
@@ -27,7 +31,7 @@ class LatencyObjectives:
     e2e_s: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("ttft_s", "tpot_s", "e2e_s"):
+        for name in OBJECTIVES:
             bound = getattr(self, name)
             if bound is not None and not bound > 0:
                 raise ValueError(f"latency objective {name} must be > 0 seconds, got {bound}")
@@ -35,26 +39,7 @@ class LatencyObjectives:
     @property
     def any_set(self) -> bool:
         """Whether at least one objective is set."""
-        return any(b is not None for b in (self.ttft_s, self.tpot_s, self.e2e_s))
-
-
-@dataclass(frozen=True)
-class Goodput:
-    """Requests meeting every set objective, over a level."""
-
-    met: int
-    total: int
-    duration_s: float
-
-    @property
-    def rate_rps(self) -> float:
-        """Requests per second that met the objectives (NaN over no time)."""
-        return self.met / self.duration_s if self.duration_s > 0 else math.nan
-
-    @property
-    def fraction(self) -> float:
-        """Share of the level's requests that met them (NaN with no request)."""
-        return self.met / self.total if self.total else math.nan
+        return any(getattr(self, name) is not None for name in OBJECTIVES)
 
 
 def meets(record: RequestRecord, objectives: LatencyObjectives) -> bool:
@@ -75,7 +60,17 @@ def meets(record: RequestRecord, objectives: LatencyObjectives) -> bool:
 
 def goodput(
     records: Sequence[RequestRecord], objectives: LatencyObjectives, duration_s: float
-) -> Goodput:
-    """Goodput of a level: its records, the objectives, and the level's wall time."""
+) -> GoodputFigures:
+    """Goodput of a level: its records, the objectives, and the level's wall time.
+
+    The rate is NaN over no time, the fraction NaN with no request.
+    """
     met = sum(1 for r in records if meets(r, objectives))
-    return Goodput(met=met, total=len(records), duration_s=duration_s)
+    total = len(records)
+    return GoodputFigures(
+        objectives={name: getattr(objectives, name) for name in OBJECTIVES},
+        met=met,
+        total=total,
+        rate_rps=met / duration_s if duration_s > 0 else math.nan,
+        fraction=met / total if total else math.nan,
+    )

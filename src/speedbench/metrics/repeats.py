@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats
 
-from speedbench.figures import SpreadFigures
+from speedbench.figures import RepeatFigures, SpreadFigures
 from speedbench.metrics.goodput import LatencyObjectives, goodput
 from speedbench.metrics.latency import summarize_load
 from speedbench.metrics.views import speed_bench_view
@@ -88,7 +88,7 @@ def across_repeats(
     objectives: LatencyObjectives | None = None,
     confidence: float = 0.95,
     eos_id: int | None = None,
-) -> dict[str, object] | None:
+) -> RepeatFigures | None:
     """Every repeat's figures and each figure's mean and interval (None for a single repeat)."""
     by_repeat: dict[int, list[RequestRecord]] = {}
     for r in measured(records):
@@ -97,12 +97,8 @@ def across_repeats(
         return None
     per_repeat = [repeat_figures(by_repeat[i], k, objectives, eos_id) for i in sorted(by_repeat)]
     spread = {
-        name: t_interval([f[name] for f in per_repeat], confidence).model_dump()
-        for name in REPEAT_FIGURES
+        name: t_interval([f[name] for f in per_repeat], confidence) for name in REPEAT_FIGURES
     }
-    return {
-        "count": len(per_repeat),
-        "confidence": confidence,
-        "per_repeat": per_repeat,
-        "spread": spread,
-    }
+    return RepeatFigures(
+        count=len(per_repeat), confidence=confidence, per_repeat=per_repeat, spread=spread
+    )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
-from speedbench.figures import SpecCounters
+from speedbench.figures import CategoryFigures, LevelFigures, LevelSummary, SpecCounters
 from speedbench.metrics.goodput import LatencyObjectives, goodput
 from speedbench.metrics.latency import summarize_load
 from speedbench.metrics.repeats import across_repeats
@@ -26,7 +26,7 @@ def summarize_level(
     server_al: float | None = None,
     objectives: LatencyObjectives | None = None,
     eos_id: int | None = None,
-) -> dict[str, object]:
+) -> LevelSummary:
     """Everything about one load level, overall and per category.
 
     Warm-up requests are left out of every figure. ``server_al`` is the engine's own running AL
@@ -37,36 +37,30 @@ def summarize_level(
     """
     records = measured(records)
     load = summarize_load(records)
-    overall: dict[str, object] = {"load": load.model_dump()}
-    overall["errors_by_kind"] = dict(
-        sorted(Counter(r.error_kind or "unknown" for r in records if not r.ok).items())
-    )
+    errors = Counter(r.error_kind or "unknown" for r in records if not r.ok)
+    overall = LevelFigures(load=load, errors_by_kind=dict(sorted(errors.items())))
     if k > 0:
         if counters is not None and counters.num_drafts > 0:
-            overall["counters"] = counters
-        views = all_views(records, counters, k, eos_id)
+            overall.counters = counters
+        overall.views = dict(all_views(records, counters, k, eos_id))
         if server_al is not None:
-            views["server"] = server_view(server_al, k)
-        overall["views"] = {n: v.model_dump() for n, v in views.items()}
+            overall.views["server"] = server_view(server_al, k)
     by_cat: dict[str, list[RequestRecord]] = defaultdict(list)
     for r in records:
         by_cat[r.category].append(r)
-    per_category: dict[str, object] = {}
+    per_category = {}
     for cat in sorted(by_cat):
-        entry: dict[str, object] = {"load": summarize_load(by_cat[cat]).model_dump()}
+        entry = CategoryFigures(load=summarize_load(by_cat[cat]))
         if k > 0:
-            views = all_views(by_cat[cat], None, k, eos_id)  # counters are per level only
-            entry["views"] = {n: v.model_dump() for n, v in views.items()}
+            # Counters are the level's as a whole: no category has its own.
+            entry.views = dict(all_views(by_cat[cat], None, k, eos_id))
         per_category[cat] = entry
-    out: dict[str, object] = {"overall": overall, "per_category": per_category}
+    good = None
     if objectives is not None and objectives.any_set:
         good = goodput(records, objectives, load.duration_s or 0.0)
-        out["goodput"] = {
-            "objectives": {n: getattr(objectives, n) for n in ("ttft_s", "tpot_s", "e2e_s")},
-            "met": good.met,
-            "total": good.total,
-            "rate_rps": good.rate_rps,
-            "fraction": good.fraction,
-        }
-    out["repeats"] = across_repeats(records, k, objectives, eos_id=eos_id)
-    return out
+    return LevelSummary(
+        overall=overall,
+        per_category=per_category,
+        goodput=good,
+        repeats=across_repeats(records, k, objectives, eos_id=eos_id),
+    )

@@ -33,7 +33,7 @@ from speedbench.hostcheck.cpu import format_cpu_list, keep_off
 from speedbench.metrics.goodput import LatencyObjectives
 from speedbench.metrics.summary import summarize_level
 from speedbench.records import RecordSink, RequestRecord, write_parquet
-from speedbench.results import LevelMetrics, StaleResults, finite, write_json
+from speedbench.results import LevelMetrics, PrefixCacheFigures, StaleResults, finite, write_json
 from speedbench.secrets import redacted_engine
 from speedbench.sweep_summary import load_key
 from speedbench.tokenize import PromptTokenizer, check_token_ids
@@ -207,7 +207,7 @@ def measure_level(
     objectives = LatencyObjectives(**settings.objectives) if settings.objectives else None
     # SPEED-Bench cuts its tokenizer's EOS from a turn's last step when the run stops at EOS.
     eos_id = None if settings.ignore_eos or tokenizer is None else tokenizer.tok.eos_token_id
-    figures: dict[str, Any] = summarize_level(
+    summary = summarize_level(
         result.records,
         result.counters,
         running.spec.num_speculative_tokens,
@@ -215,33 +215,39 @@ def measure_level(
         objectives=objectives,
         eos_id=eos_id,
     )
-    figures["client"] = result.extras.get("client")
-    figures["prefix_cache"] = {"mode": cache_mode, **(result.extras.get("prefix_cache") or {})}
-    figures["host"] = host.model_copy(
-        update={
-            "engine_cpus": format_cpu_list(engine_cores) if engine_cores else None,
-            "client_cpus": format_cpu_list(client_cores),
-        }
+    measured_level = LevelMetrics(
+        **dict(summary),
+        client=result.extras.get("client"),
+        prefix_cache=PrefixCacheFigures(
+            mode=cache_mode, **(result.extras.get("prefix_cache") or {})
+        ),
+        host=host.model_copy(
+            update={
+                "engine_cpus": format_cpu_list(engine_cores) if engine_cores else None,
+                "client_cpus": format_cpu_list(client_cores),
+            }
+        ),
+        failed=engine_failure(running, settings, result.aborted) or None,
+        config={
+            "engine": redacted_engine(running.engine),
+            "spec": running.spec.model_dump(),
+            # What this engine drafts for the spec: the same method and k differ across engines.
+            "drafting_shape": running.adapter.drafting_shape(running.spec),
+            # The EOS the speed_bench view cut from each turn's last step (None: none was cut).
+            "eos_token_id": eos_id,
+            # Questions sent with fewer turns than the split has (first turns only):
+            # SPEED-Bench's figure pools every turn, so these per-question ALs are not its figure.
+            "questions_on_fewer_turns": sum(item.on_fewer_turns for item in items),
+            "questions": len(items),
+            "batch_size": settings.batch_size,
+            "max_tokens": settings.max_tokens,
+            "temperature": settings.temperature,
+            "split": settings.split,
+            **load_shape(settings),
+        },
     )
-    figures["failed"] = engine_failure(running, settings, result.aborted) or None
-    figures["config"] = {
-        "engine": redacted_engine(running.engine),
-        "spec": running.spec.model_dump(),
-        # What this engine drafts for the spec: the same method and k differ across engines.
-        "drafting_shape": running.adapter.drafting_shape(running.spec),
-        # The EOS the speed_bench view cut from each turn's last step (None: none was cut).
-        "eos_token_id": eos_id,
-        # Questions sent with fewer turns than the split has (first turns only): SPEED-Bench's
-        # figure pools every turn, so these per-question ALs are not its figure.
-        "questions_on_fewer_turns": sum(item.on_fewer_turns for item in items),
-        "questions": len(items),
-        "batch_size": settings.batch_size,
-        "max_tokens": settings.max_tokens,
-        "temperature": settings.temperature,
-        "split": settings.split,
-        **load_shape(settings),
-    }
-    metrics = LevelMetrics.model_validate(finite(figures))
+    # Undefined figures are None from here on, as they read back from metrics.json.
+    metrics = LevelMetrics.model_validate(finite(measured_level.model_dump()))
     write_json(directory / "metrics.json", metrics.model_dump(mode="json"))
     where = f"{running.spec.label} {settings.split} {level_load(settings)}"
     if host.flagged:

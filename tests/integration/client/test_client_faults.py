@@ -72,8 +72,8 @@ def test_partial_streams_stay_on_failed_records(faulty):
 def test_every_record_reached_the_sink_and_failures_leave_latency_alone(faulty):
     records, result, seen = faulty
     assert len(seen) == len(records) == 10
-    summary = summarize_level(result.records, None, 3)["overall"]
-    assert summary["errors_by_kind"] == {
+    summary = summarize_level(result.records, None, 3).overall
+    assert summary.errors_by_kind == {
         "bad_payload": 1,
         "connection": 1,
         "engine_error": 1,
@@ -83,10 +83,10 @@ def test_every_record_reached_the_sink_and_failures_leave_latency_alone(faulty):
         "timeout": 1,
         "truncated": 1,
     }
-    load = summary["load"]
-    assert load["num_requests"] == 10 and load["error_rate"] == 0.8
-    assert load["output_tokens"] == 40  # p1 and p5 only
-    assert load["ttft_s"]["count"] == 2
+    load = summary.load
+    assert load.num_requests == 10 and load.error_rate == 0.8
+    assert load.output_tokens == 40  # p1 and p5 only
+    assert load.ttft_s.count == 2
 
 
 def test_successful_request_keeps_chunks_and_ids(fault_server):

@@ -76,21 +76,21 @@ def test_engine_step_and_server_acceptance_reach_the_level_metrics(sglang_level)
     # SGLang's own figure counts the prefill token; speedbench's leaves it out.
     assert result.extras["server_al"] == len(FIRST_IDS) * MAX_TOKENS / steps
     metrics = summarize_level(result.records, result.counters, K, result.extras["server_al"])
-    views = metrics["overall"]["views"]
+    views = metrics.overall.views
     # The engine view is SGLang's own rule: completion tokens over verify steps, prefill in.
     engine = views["engine"]
-    assert engine["count"] == len(FIRST_IDS) and engine["num_steps"] == steps
-    assert engine["al_token_weighted"] == len(FIRST_IDS) * MAX_TOKENS / steps
+    assert engine.count == len(FIRST_IDS) and engine.num_steps == steps
+    assert engine.al_token_weighted == len(FIRST_IDS) * MAX_TOKENS / steps
     # Every chunk after the first is one verify step, so the stream view (prefill left out)
     # counts the same steps exactly.
-    assert views["stream"]["num_steps"] == steps
-    assert views["stream"]["al_token_weighted"] == pytest.approx(
+    assert views["stream"].num_steps == steps
+    assert views["stream"].al_token_weighted == pytest.approx(
         len(FIRST_IDS) * (MAX_TOKENS - 1) / steps, rel=1e-12
     )
-    assert views["server"]["al_token_weighted"] == result.extras["server_al"]
+    assert views["server"].al_token_weighted == result.extras["server_al"]
     assert "counters" not in views  # SGLang exports no per-position counters
-    scalars, _ = tracking_scalars(LevelMetrics.model_validate(finite(metrics)))
-    assert scalars["al_engine"] == engine["al_token_weighted"]
+    scalars, _ = tracking_scalars(LevelMetrics.model_validate(finite(metrics.model_dump())))
+    assert scalars["al_engine"] == engine.al_token_weighted
     assert scalars["al_server"] == result.extras["server_al"]
 
 

@@ -104,7 +104,7 @@ def test_sglang_engine_view_is_completion_tokens_over_verify_steps():
 
 def test_the_views_reach_the_summary_row_and_category_al():
     levels = summarize_level(RECORDS, COUNTERS, K)
-    metrics = LevelMetrics.model_validate(finite(levels))
+    metrics = LevelMetrics.model_validate(finite(levels.model_dump()))
     assert list(metrics.overall.views) == ["speed_bench", "stream", "engine", "counters"]
     row = SummaryRow.of("ngram-k3", "s", 1, metrics)
     assert row.average_al == pytest.approx((15 / 7 + 1 + 11 / 3 + 11 / 4) / 4)
@@ -131,7 +131,9 @@ def sb_questions() -> dict[str, tuple[str, float]]:
 
 def test_the_engine_s_own_running_al_is_the_server_view():
     levels = summarize_level(RECORDS, None, K, server_al=2.75)
-    row = SummaryRow.of("ngram-k3", "s", 1, LevelMetrics.model_validate(finite(levels)))
+    row = SummaryRow.of(
+        "ngram-k3", "s", 1, LevelMetrics.model_validate(finite(levels.model_dump()))
+    )
     server = row.views["server"]
     assert server.al_token_weighted == 2.75 and server.al_request_mean is None
     assert server.conditional_ar is None and server.by_category == {}

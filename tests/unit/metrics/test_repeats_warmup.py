@@ -81,25 +81,28 @@ def test_warmup_requests_are_absent_from_every_figure_and_repeats_get_intervals(
     objectives = LatencyObjectives(e2e_s=2.0)
     with_warm = summarize_level([*warm, *measured], None, 0, objectives=objectives)
     without = summarize_level(measured, None, 0, objectives=objectives)
-    assert finite(with_warm) == finite(without)  # NaN (no arrival rate here) compares as None
-    load = with_warm["overall"]["load"]
-    assert (load["num_requests"], load["output_tokens"]) == (4, 12)
-    assert load["duration_s"] == pytest.approx(2.0 + 4.0)
+    assert finite(with_warm.model_dump()) == finite(
+        without.model_dump()
+    )  # NaN (no arrival rate here) compares as None
+    load = with_warm.overall.load
+    assert (load.num_requests, load.output_tokens) == (4, 12)
+    assert load.duration_s == pytest.approx(2.0 + 4.0)
     # e2e <= 2 s: both requests of repeat 0 (2 s, 1 s) and b of repeat 1 (2 s); a took 4 s.
-    assert with_warm["goodput"]["met"] == 3 and with_warm["goodput"]["total"] == 4
-    assert with_warm["goodput"]["rate_rps"] == pytest.approx(3 / 6.0)
-    repeats = with_warm["repeats"]
-    assert repeats["count"] == 2
-    assert [f["output_throughput_tok_s"] for f in repeats["per_repeat"]] == [3.0, 1.5]
-    assert [f["goodput_rps"] for f in repeats["per_repeat"]] == [1.0, 0.25]
-    spread = repeats["spread"]["output_throughput_tok_s"]
+    good = with_warm.goodput
+    assert good is not None and (good.met, good.total) == (3, 4)
+    assert good.rate_rps == pytest.approx(3 / 6.0)
+    repeats = with_warm.repeats
+    assert repeats is not None and repeats.count == 2
+    assert [f["output_throughput_tok_s"] for f in repeats.per_repeat] == [3.0, 1.5]
+    assert [f["goodput_rps"] for f in repeats.per_repeat] == [1.0, 0.25]
+    spread = repeats.spread["output_throughput_tok_s"]
     half = (
         12.706204736174698 * math.sqrt(((3.0 - 2.25) ** 2 + (1.5 - 2.25) ** 2) / 1) / math.sqrt(2)
     )
-    assert spread["mean"] == 2.25 and spread["high"] == pytest.approx(2.25 + half)
+    assert spread.mean == 2.25 and spread.high == pytest.approx(2.25 + half)
     # One repeat: no spread to report.
-    assert summarize_level(measured[:2], None, 0)["repeats"] is None
-    assert "goodput" not in summarize_level(measured[:2], None, 0)
+    one = summarize_level(measured[:2], None, 0)
+    assert one.repeats is None and one.goodput is None
 
 
 def test_the_speed_bench_view_leaves_warmup_out_too():
@@ -107,9 +110,9 @@ def test_the_speed_bench_view_leaves_warmup_out_too():
     merged_chunks = rec("a", -9.0, tokens=2, warmup=True)
     merged_chunks.chunk_tokens = [1, 3]  # a step of 3 would change the AL
     merged_chunks.output_token_ids = [0, 1, 2, 3]
-    plain = summarize_level(measured, None, 3)["overall"]["views"]["speed_bench"]
-    warm = summarize_level([merged_chunks, *measured], None, 3)["overall"]["views"]["speed_bench"]
-    assert finite(warm) == finite(plain) and plain["num_tokens"] == 4
+    plain = summarize_level(measured, None, 3).overall.views["speed_bench"]
+    warm = summarize_level([merged_chunks, *measured], None, 3).overall.views["speed_bench"]
+    assert finite(warm.model_dump()) == finite(plain.model_dump()) and plain.num_tokens == 4
 
 
 def test_repeat_order_keeps_the_first_and_permutes_the_rest_reproducibly():

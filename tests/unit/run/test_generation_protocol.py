@@ -10,7 +10,7 @@ import yaml
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.metrics.summary import summarize_level
-from speedbench.results import LevelMetrics, finite, tracking_scalars
+from speedbench.results import LevelMetrics, PrefixCacheFigures, tracking_scalars
 from speedbench.run.plan import config_identity, engine_config, load_settings
 from speedbench.sweep_config import SweepConfig
 
@@ -78,9 +78,9 @@ def test_stop_at_eos_is_the_load_and_the_identity():
 
 
 def test_a_level_records_its_cache_mode_and_hits():
-    figures = summarize_level([], None, 3)
-    figures["prefix_cache"] = {"mode": "reset", "query_tokens": 120.0, "hit_tokens": 0.0}
-    metrics = LevelMetrics.model_validate(finite(figures))
+    summary = summarize_level([], None, 3)
+    cache = PrefixCacheFigures(mode="reset", query_tokens=120.0, hit_tokens=0.0)
+    metrics = LevelMetrics(**dict(summary), prefix_cache=cache)
     assert metrics.prefix_cache.mode == "reset" and metrics.prefix_cache.hit_tokens == 0.0
     scalars, _ = tracking_scalars(metrics)
     assert scalars["prefix_cache_hit_tokens"] == 0.0

@@ -64,15 +64,15 @@ def run_speedbench(url: str, concurrency: int, prompts: int, output_len: int, wo
     chunks = sum(len(r.chunk_times_s) for r in ok)
     span = max(r.chunk_times_s[-1] for r in ok) - min(r.start_s for r in ok)
     client = result.extras["client"]
-    delay = client["chunk_delay"]
+    delay = client.chunk_delay
     return {
         "ok": len(ok),
         "chunks": chunks,
         "rate": chunks / span,
-        "p50_ms": delay["p50_ms"],
-        "p99_ms": delay["p99_ms"],
-        "workers": client["workers"],
-        "cpu": client["cpu_fraction"],
+        "p50_ms": delay.p50_ms,
+        "p99_ms": delay.p99_ms,
+        "workers": client.workers,
+        "cpu": client.cpu_fraction,
     }
 
 

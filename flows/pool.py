@@ -158,9 +158,10 @@ def gather(
     hooks = GatherHooks(config, tracker, parent, ended)
     summary = form_grid(config, engine, config.spec_configs(), sweep_items(config), hooks)
     # Each configuration ran on its worker's host: the parent's own CPU says nothing about them.
-    summary.provenance.pop("host_cpu", None)
-    summary.provenance |= {"engine_versions": hooks.versions, "engine_hosts": hooks.hosts}
-    return summary
+    provenance = summary.provenance.model_copy(
+        update={"host_cpu": None, "engine_versions": hooks.versions, "engine_hosts": hooks.hosts}
+    )
+    return summary.model_copy(update={"provenance": provenance})
 
 
 @task(cache_policy=NO_CACHE)

@@ -279,6 +279,38 @@ class RepeatFigures(Result):
     spread: dict[str, SpreadFigures]
 
 
+class DelayFigures(Result):
+    """A sample of delays in milliseconds: how many, median, p99 and the worst."""
+
+    count: int
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+
+
+class ClientFigures(Result):
+    """The client's measure of itself over a level (:mod:`speedbench.client.selfmeasure`).
+
+    Attributes:
+        workers: Client processes that drove the level.
+        loop_lag: How late a 5 ms sleep of the event loop woke (bounds a chunk's read delay).
+        chunk_delay: Socket read time minus the server's send stamp, per chunk (where the
+            server stamps chunks: the synthetic calibration server).
+        cpu_fraction: Each worker's CPU time over the level's wall time.
+        arrival_lag: Open loop only: how late each request was sent after it was due.
+        warning: One line when the client, not the engine, may have set the pace.
+        per_repeat: A level measured several times: each repeat's own figures.
+    """
+
+    workers: int
+    loop_lag: DelayFigures | None = None
+    chunk_delay: DelayFigures | None = None
+    cpu_fraction: list[float] = Field(default_factory=list)
+    arrival_lag: DelayFigures | None = None
+    warning: str | None = None
+    per_repeat: list[ClientFigures] | None = None
+
+
 class LevelSummary(Result):
     """The figures of one level's requests (:func:`speedbench.metrics.summary.summarize_level`)."""
 

@@ -19,7 +19,9 @@ from typing import Any
 
 from pydantic import Field
 
+from speedbench.config import SpecConfig
 from speedbench.figures import (
+    ClientFigures,
     Distribution,
     Figure,
     HostFigures,
@@ -73,6 +75,44 @@ class PrefixCacheFigures(Result):
     hit_tokens: float | None = None
 
 
+class LevelConfig(Result):
+    """What one level ran, written beside its figures: the inputs, not a measurement.
+
+    Attributes:
+        engine: The engine's config as saved: no environment, credentials redacted
+            (:func:`speedbench.secrets.redacted_engine`).
+        spec: The SD configuration.
+        drafting_shape: What this engine drafts for ``spec``, in words (the same method and k
+            are not the same drafter on every engine).
+        eos_token_id: The EOS the speed_bench view cut from each turn's last step (None: none
+            was cut, the level ran with ``ignore_eos``).
+        questions: Questions sent.
+        questions_on_fewer_turns: Of those, sent with fewer turns than the split has (first
+            turns only): SPEED-Bench's figure pools every turn, so their ALs are not its figure.
+        warmup_requests, repeats: Requests sent before the measured ones; measured passes.
+        request_rate, arrival, burstiness, max_concurrency: The open loop (None: closed).
+        objectives: Goodput's latency objectives by name (None: no goodput).
+    """
+
+    engine: dict[str, Any] = Field(default_factory=dict)
+    spec: SpecConfig = Field(default_factory=SpecConfig)
+    drafting_shape: str | None = None
+    eos_token_id: int | None = None
+    questions: int | None = None
+    questions_on_fewer_turns: int = 0
+    batch_size: int | None = None
+    max_tokens: int | None = None
+    temperature: float = 0.0
+    split: str | None = None
+    warmup_requests: int = 0
+    repeats: int = 1
+    request_rate: float | None = None
+    arrival: str | None = None
+    burstiness: float | None = None
+    max_concurrency: int | None = None
+    objectives: dict[str, float] | None = None
+
+
 class LevelMetrics(LevelSummary):
     """Everything measured at one level: one SD config, one split, one load point.
 
@@ -80,11 +120,11 @@ class LevelMetrics(LevelSummary):
     around them saw: the client's own health, the host, the prefix cache, a failure, the config.
     """
 
-    client: dict[str, Any] | None = None
+    client: ClientFigures | None = None
     host: HostFigures | None = None
     prefix_cache: PrefixCacheFigures | None = None
     failed: str | None = None
-    config: dict[str, Any] = Field(default_factory=dict)
+    config: LevelConfig = Field(default_factory=LevelConfig)
     schema_version: int = SCHEMA_VERSION
 
     @classmethod
@@ -157,12 +197,12 @@ def tracking_scalars(metrics: LevelMetrics) -> tuple[dict[str, float], dict[str,
             series[f"joint_ar_{name}"] = [_nan(v) for v in view.joint_ar]
     for kind, count in overall.errors_by_kind.items():
         scalars[f"errors_{kind}"] = count
-    client = metrics.client or {}
-    for name in ("loop_lag", "chunk_delay"):
-        if client.get(name):
-            scalars[f"client_{name}_p99_ms"] = client[name]["p99_ms"]
-    if client.get("cpu_fraction"):
-        scalars["client_cpu_max"] = max(client["cpu_fraction"])
+    if client := metrics.client:
+        for name, delays in (("loop_lag", client.loop_lag), ("chunk_delay", client.chunk_delay)):
+            if delays:
+                scalars[f"client_{name}_p99_ms"] = delays.p99_ms
+        if client.cpu_fraction:
+            scalars["client_cpu_max"] = max(client.cpu_fraction)
     if host := metrics.host:
         scalars["host_others_cpu_fraction"] = host.others_fraction
         scalars["host_load_1m"] = host.load_1m

@@ -18,6 +18,7 @@ from pydantic import Field
 from speedbench.config import MODEL_FREE_METHODS
 from speedbench.figures import Figure, Interval, LosslessFigures, Result, SpreadFigures
 from speedbench.metrics.pareto import LoadPoint, pareto_front, speedup
+from speedbench.provenance import SweepProvenance
 from speedbench.results import (
     SCHEMA_VERSION,
     CategoryAL,
@@ -221,16 +222,16 @@ class SummaryRow(Result):
     ) -> SummaryRow:
         """The summary row of a measured level (speedup is set by :func:`summarize_sweep`)."""
         o = metrics.overall
-        spec = metrics.config.get("spec") or {}
+        spec = metrics.config.spec
         row = cls(
             config=label,
             split=split,
             batch_size=batch_size,
             request_rate=request_rate,
-            method=spec.get("method", "none"),
-            k=spec.get("num_speculative_tokens", 0),
-            drafting_shape=metrics.config.get("drafting_shape"),
-            questions_on_fewer_turns=metrics.config.get("questions_on_fewer_turns") or 0,
+            method=spec.method,
+            k=spec.num_speculative_tokens,
+            drafting_shape=metrics.config.drafting_shape,
+            questions_on_fewer_turns=metrics.config.questions_on_fewer_turns,
             output_throughput_tok_s=o.load.output_throughput_tok_s,
             per_user_tok_s=o.load.per_user_tok_s,
             error_rate=o.load.error_rate,
@@ -319,8 +320,8 @@ class SweepSummary(Result):
 
     levels: list[SummaryRow]
     status: Literal["running", "finished", "failed", "killed"] = "finished"
-    # What the numbers rest on: dtype, engine and its version per config, the CPU they ran on.
-    provenance: dict[str, Any] = Field(default_factory=dict)
+    # What the numbers rest on: dtype, engine and its version per config, the CPU, the protocol.
+    provenance: SweepProvenance = Field(default_factory=SweepProvenance)
     # The draft model alone (draft_cost): TPOT p50 by split and batch size, and the model.
     draft_alone: list[SummaryRow] = Field(default_factory=list)
     break_even: list[BreakEven] = Field(default_factory=list)

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from speedbench.figures import ClientFigures, DelayFigures
+
 PROBE_INTERVAL_S = 0.005
 # Above these the client, not the engine, may set the pace.
 LAG_WARN_MS = 5.0
@@ -89,41 +91,40 @@ class WorkerMonitor:
             )
 
 
-def _ms_stats(samples_ns: list[int]) -> dict[str, float] | None:
+def _ms_stats(samples_ns: list[int]) -> DelayFigures | None:
     if not samples_ns:
         return None
     arr = np.asarray(samples_ns, dtype=np.float64) / 1e6
-    return {
-        "count": int(arr.size),
-        "p50_ms": float(np.percentile(arr, 50)),
-        "p99_ms": float(np.percentile(arr, 99)),
-        "max_ms": float(arr.max()),
-    }
+    return DelayFigures(
+        count=int(arr.size),
+        p50_ms=float(np.percentile(arr, 50)),
+        p99_ms=float(np.percentile(arr, 99)),
+        max_ms=float(arr.max()),
+    )
 
 
-def client_report(monitors: list[WorkerMonitor]) -> dict[str, object]:
+def client_report(monitors: list[WorkerMonitor]) -> ClientFigures:
     """Merged self-measurement of all workers, with a warning if the client may have limited it."""
     lag = _ms_stats([x for m in monitors for x in m.lag_ns])
-    delay = _ms_stats([x for m in monitors for x in m.delays_ns])
-    cpu = [m.cpu_s / m.wall_s if m.wall_s > 0 else 0.0 for m in monitors]
-    report: dict[str, object] = {
-        "workers": len(monitors),
-        "loop_lag": lag,
-        "chunk_delay": delay,
-        "cpu_fraction": [round(c, 3) for c in cpu],
-    }
     arrival = _ms_stats([x for m in monitors for x in m.arrival_lag_ns])
-    if arrival is not None:
-        report["arrival_lag"] = arrival
+    cpu = [m.cpu_s / m.wall_s if m.wall_s > 0 else 0.0 for m in monitors]
     reasons = []
-    if arrival and arrival["p99_ms"] > LAG_WARN_MS:
-        reasons.append(f"requests were sent p99 {arrival['p99_ms']:.1f} ms after they were due")
-    if lag and lag["count"] >= MIN_PROBES and lag["p99_ms"] > LAG_WARN_MS:
-        reasons.append(f"event-loop lag p99 {lag['p99_ms']:.1f} ms > {LAG_WARN_MS:g} ms")
-    if lag and lag["count"] >= MIN_PROBES and cpu and max(cpu) > CPU_WARN:
+    if arrival and arrival.p99_ms > LAG_WARN_MS:
+        reasons.append(f"requests were sent p99 {arrival.p99_ms:.1f} ms after they were due")
+    if lag and lag.count >= MIN_PROBES and lag.p99_ms > LAG_WARN_MS:
+        reasons.append(f"event-loop lag p99 {lag.p99_ms:.1f} ms > {LAG_WARN_MS:g} ms")
+    if lag and lag.count >= MIN_PROBES and cpu and max(cpu) > CPU_WARN:
         reasons.append(f"a client worker used {max(cpu):.0%} of a core")
-    if reasons:
-        report["warning"] = (
-            "the client may have limited this result: " + "; ".join(reasons) + " (add workers)"
-        )
-    return report
+    warning = (
+        "the client may have limited this result: " + "; ".join(reasons) + " (add workers)"
+        if reasons
+        else None
+    )
+    return ClientFigures(
+        workers=len(monitors),
+        loop_lag=lag,
+        chunk_delay=_ms_stats([x for m in monitors for x in m.delays_ns]),
+        cpu_fraction=[round(c, 3) for c in cpu],
+        arrival_lag=arrival,
+        warning=warning,
+    )

@@ -473,5 +473,10 @@ def check_docker(engine: EngineConfig) -> None:
 
 
 register_launcher(
-    Launcher("docker", lambda e, s, log: launch_docker(e, s, log), check_available=check_docker)
+    Launcher(
+        "docker",
+        lambda e, s, log: launch_docker(e, s, log),
+        check_available=check_docker,
+        binds_cores_here=lambda engine: remote_host(engine) is None,
+    )
 )

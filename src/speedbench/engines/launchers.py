@@ -30,11 +30,15 @@ class Launcher:
         launch: Context manager yielding the healthy engine; tears it down on exit.
         check_available: Checks made before any launch (interpreter or image present, port
             free), raising EngineError with one line; a no-op where nothing can be checked.
+        binds_cores_here: Whether the engine's core binding (``EngineConfig.cpus``) names
+            this machine's cores, so the contention check watches those: not where the engine
+            runs on another machine, or where speedbench did not start it.
     """
 
     kind: str
     launch: Launch
     check_available: Callable[[EngineConfig], None] = lambda engine: None
+    binds_cores_here: Callable[[EngineConfig], bool] = lambda engine: True
 
 
 LAUNCHERS: dict[str, Launcher] = {}

@@ -148,4 +148,10 @@ def check_local(engine: EngineConfig) -> None:
 register_launcher(
     Launcher("local", lambda e, s, log: launch_local(e, s, log), check_available=check_local)
 )
-register_launcher(Launcher("external", lambda e, s, _log: attach_external(e, s)))
+register_launcher(
+    Launcher(
+        "external",
+        lambda e, s, _log: attach_external(e, s),
+        binds_cores_here=lambda engine: False,
+    )
+)

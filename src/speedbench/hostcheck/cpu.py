@@ -10,8 +10,11 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from pydantic import ConfigDict, Field
+
+from speedbench.figures import Result
 
 # Environment variables that lower the instruction set an engine's CPU kernels use below what
 # the CPU offers, and so change its arithmetic as a different CPU family would: oneDNN's
@@ -36,8 +39,7 @@ def format_kernel_caps(caps: Mapping[str, str]) -> str:
     return ",".join(f"{name}={value}" for name, value in sorted(caps.items()))
 
 
-@dataclass(frozen=True)
-class CpuInfo:
+class CpuInfo(Result):
     """The CPU as speedbench reports it next to a number.
 
     Attributes:
@@ -52,17 +54,15 @@ class CpuInfo:
             set (:data:`KERNEL_CAP_VARIABLES`); empty when the kernels use what the CPU has.
     """
 
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
     model: str
     kernel_family: str
     avx512: bool
     bf16: bool
     amx: bool
     cores: int
-    kernel_caps: dict[str, str] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, object]:
-        """Plain-JSON form."""
-        return asdict(self)
+    kernel_caps: dict[str, str] = Field(default_factory=dict)
 
     def describe(self) -> str:
         """One line for a report: model, core count and the features that matter."""
@@ -111,7 +111,15 @@ def cpu_info(cpuinfo: str | None = None, engine_env: Mapping[str, str] | None = 
         family = "avx2"
     else:
         family = "other"
-    return CpuInfo(model, family, avx512, bf16, amx, cores, kernel_caps(engine_env or {}))
+    return CpuInfo(
+        model=model,
+        kernel_family=family,
+        avx512=avx512,
+        bf16=bf16,
+        amx=amx,
+        cores=cores,
+        kernel_caps=kernel_caps(engine_env or {}),
+    )
 
 
 # Where a host's engine cores come from when the engine's config does not name them: a fact of

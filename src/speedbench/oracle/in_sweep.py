@@ -69,8 +69,7 @@ def baseline_eos(directory: Path) -> int | None:
     path = directory / "metrics.json"
     if not path.exists():
         return None
-    value = LevelMetrics.read(path).config.get("eos_token_id")
-    return int(value) if value is not None else None
+    return LevelMetrics.read(path).config.eos_token_id
 
 
 def draft_cost_ratios(summary: SweepSummary) -> dict[tuple[str, int], float]:

@@ -333,7 +333,7 @@ def run_sampled_oracle(
     from speedbench.results import LevelMetrics
 
     config = LevelMetrics.read(baseline / "metrics.json").config
-    level_t = float(config.get("temperature") or 0.0)
+    level_t = config.temperature
     temperature = level_t if temperature is None else temperature
     if temperature <= 0 or level_t <= 0:
         raise ValueError(
@@ -342,26 +342,26 @@ def run_sampled_oracle(
         )
     if not math.isclose(temperature, level_t):
         raise ValueError(f"{baseline} was sampled at T = {level_t}, not {temperature}")
-    eos = config.get("eos_token_id")
+    eos = config.eos_token_id
     target = load_draft(target_path, dtype)
     draft = load_draft(draft_path, dtype)
     sampled = sampled_pass(
         target, draft, read_parquet(baseline / "records.parquet"), temperature,
-        int(eos) if eos is not None else None,
+        eos,
     )  # fmt: skip
     checks = []
     for level_dir in measured:
         metrics = LevelMetrics.read(level_dir / "metrics.json")
-        spec = metrics.config.get("spec") or {}
-        level_temp = float(metrics.config.get("temperature") or 0.0)
+        spec = metrics.config.spec
+        level_temp = metrics.config.temperature
         if not math.isclose(level_temp, temperature):
             raise ValueError(f"{level_dir}: measured at T = {level_temp}, not {temperature}")
         view = metrics.overall.views.get("speed_bench")
-        if view is None or not spec.get("num_speculative_tokens"):
+        if view is None or not spec.num_speculative_tokens:
             raise ValueError(f"{level_dir}: not an SD level with the speed_bench view")
-        sampling = (spec.get("options") or {}).get("draft_sample_method", "greedy")
+        sampling = spec.options.get("draft_sample_method", "greedy")
         per_q = {q: v for q, v in view.per_unit.items() if v is not None and "@r" not in q}
-        k, batch_size = int(spec["num_speculative_tokens"]), int(metrics.config["batch_size"])
+        k, batch_size = spec.num_speculative_tokens, metrics.config.batch_size or 1
         checks.append(check_level(sampled, str(level_dir), per_q, k, batch_size, sampling))
     return SampledOracle(
         baseline=str(baseline),

@@ -232,7 +232,7 @@ def write_stage_metrics(
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     prov = out_dir / PROVENANCE_FILE
-    _write(prov, {**summary.provenance, "schema_version": SCHEMA_VERSION})
+    _write(prov, summary.provenance.file_form(SCHEMA_VERSION))
     acc = out_dir / ACCEPTANCE_FILE
     acceptance = {**acceptance_metrics(summary), **oracle_acceptance(oracle or [])}
     _write(acc, versioned(acceptance))

@@ -43,14 +43,13 @@ from speedbench.pipeline.stages import (
     stage_levels,
     upgrade,
 )
+from speedbench.provenance import SweepProvenance
 
 EXACT, REPRODUCED, NOT_REPRODUCED = "exact", "reproduced", "not_reproduced"
 UNTESTABLE = "untestable"
 # A bootstrap over fewer questions than this is one point: any change would fail it.
 MIN_QUESTIONS_TO_TEST = 2
 NOT_COMPARABLE = "not_comparable"
-# What a run generated, as its provenance records it under "protocol".
-PROTOCOL_KEYS = ("max_tokens", "ignore_eos", "temperature", "max_turns")
 
 
 @dataclass(frozen=True)
@@ -73,44 +72,42 @@ class FigureVerdict:
         )
 
 
-def exact_contract(reference: dict[str, Any], fresh: dict[str, Any]) -> tuple[bool, str]:
+def exact_contract(
+    reference: SweepProvenance | None, fresh: SweepProvenance | None
+) -> tuple[bool, str]:
     """Whether the two runs share the arithmetic that makes greedy outputs equal, and why not."""
-    if not reference:
+    if reference is None:
         return False, "the reference records no provenance"
-    diffs = []
-    for key in ("dtype", "engine"):
-        if reference.get(key) != fresh.get(key):
-            diffs.append(f"{key} {reference.get(key)} vs {fresh.get(key)}")
-    ref_cpu = (reference.get("host_cpu") or {}).get("kernel_family")
-    new_cpu = (fresh.get("host_cpu") or {}).get("kernel_family")
-    if ref_cpu != new_cpu:
-        diffs.append(f"CPU kernels {ref_cpu} vs {new_cpu}")
+    fresh = fresh or SweepProvenance()
+    diffs = [
+        f"{key} {getattr(reference, key)} vs {getattr(fresh, key)}"
+        for key in ("dtype", "engine")
+        if getattr(reference, key) != getattr(fresh, key)
+    ]
+    ref_cpu, new_cpu = reference.host_cpu, fresh.host_cpu
+    ref_family = ref_cpu.kernel_family if ref_cpu else None
+    new_family = new_cpu.kernel_family if new_cpu else None
+    if ref_family != new_family:
+        diffs.append(f"CPU kernels {ref_family} vs {new_family}")
     # A kernel cap (ONEDNN_MAX_CPU_ISA=AVX, ...) runs other kernels on the same CPU.
-    ref_caps = (reference.get("host_cpu") or {}).get("kernel_caps") or {}
-    new_caps = (fresh.get("host_cpu") or {}).get("kernel_caps") or {}
+    ref_caps = ref_cpu.kernel_caps if ref_cpu else {}
+    new_caps = new_cpu.kernel_caps if new_cpu else {}
     if ref_caps != new_caps:
         ref_text, new_text = (format_kernel_caps(c) or "none" for c in (ref_caps, new_caps))
         diffs.append(f"kernel caps {ref_text} vs {new_text}")
-    if set((reference.get("engine_versions") or {}).values()) != set(
-        (fresh.get("engine_versions") or {}).values()
-    ):
+    if set(reference.engine_versions.values()) != set(fresh.engine_versions.values()):
         diffs.append("engine version")
     return (not diffs), "; ".join(diffs)
 
 
-def protocol_difference(reference: dict[str, Any], fresh: dict[str, Any]) -> str:
+def protocol_difference(reference: SweepProvenance | None, fresh: SweepProvenance | None) -> str:
     """How the generation protocols of two runs differ ('' if alike or not both recorded).
 
     References written before the protocol was recorded carry none; they are judged as before.
     """
-    ref, new = reference.get("protocol"), fresh.get("protocol")
-    if not ref or not new:
-        return ""
-    return "; ".join(
-        f"{key} {ref.get(key)} vs {new.get(key)}"
-        for key in PROTOCOL_KEYS
-        if ref.get(key) != new.get(key)
-    )
+    ref = reference.protocol if reference else None
+    new = fresh.protocol if fresh else None
+    return ref.difference(new) if ref and new else ""
 
 
 def paired_interval(
@@ -222,8 +219,8 @@ def _paired_verdicts(
 def verify(
     reference: dict[str, Any],
     fresh: dict[str, Any],
-    reference_provenance: dict[str, Any],
-    fresh_provenance: dict[str, Any],
+    reference_provenance: SweepProvenance | None,
+    fresh_provenance: SweepProvenance | None,
 ) -> list[FigureVerdict]:
     """Verdicts of every figure of every level of two acceptance.json mappings."""
     reference, fresh = upgrade(reference), upgrade(fresh)
@@ -236,7 +233,7 @@ def verify(
     holds, why = exact_contract(reference_provenance, fresh_provenance)
     if holds:
         why = ""
-    dtype = reference_provenance.get("dtype")
+    dtype = reference_provenance.dtype if reference_provenance else None
     out = []
     for level in sorted(set(reference) | set(fresh)):
         if level not in fresh:
@@ -304,8 +301,8 @@ def check_reference(reference: Path, results: Path) -> ReferenceCheck:
         verdicts += verify(
             read(reference / stage / ACCEPTANCE_FILE),
             read(fresh),
-            read(reference / stage / PROVENANCE_FILE),
-            read(results / stage / PROVENANCE_FILE),
+            SweepProvenance.read(reference / stage / PROVENANCE_FILE),
+            SweepProvenance.read(results / stage / PROVENANCE_FILE),
         )
         a, b = (
             stage_levels(read(folder / stage / THROUGHPUT_FILE)) for folder in (reference, results)

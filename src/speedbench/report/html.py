@@ -200,8 +200,9 @@ def render_html(
             verdict_lines.append(f"{html.escape(name)}: {line}" if many else line)
     host = host_line(summaries)
     cpus = sorted(
-        {str((s.provenance.get("host_cpu") or {}).get("model")) for s in summaries.values()}
-    )
+        {s.provenance.host_cpu.model if s.provenance.host_cpu else "CPU not recorded"
+         for s in summaries.values()}
+    )  # fmt: skip
     verdict_lines.append(html.escape(f"Measured on: {'; '.join(cpus)} ({host})"))
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>speedbench report</title>",

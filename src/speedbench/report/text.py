@@ -206,7 +206,7 @@ def lossless_verdict(summary: SweepSummary) -> list[str]:
     if not differ:
         return []
     total = sum(check.compared for check in checks)
-    dtype = summary.provenance.get("dtype")
+    dtype = summary.provenance.dtype
     where = (
         f"in {dtype}, SD is not lossless on this host"
         if dtype != "float32"
@@ -400,7 +400,7 @@ def latency_table(summary: SweepSummary) -> list[str]:
 
 def placeholders_note(summary: SweepSummary) -> list[str]:
     """A line per split measured without SPEED-Bench's placeholder rows (else none)."""
-    skipped = summary.provenance.get("placeholders_skipped") or {}
+    skipped = summary.provenance.placeholders_skipped or {}
     return [
         f"- {split}: {n} SPEED-Bench placeholder rows skipped (--skip-placeholders); "
         "the figures rest on the other questions only."
@@ -463,11 +463,7 @@ def render(results: Path, mlflow_uri: str | None = None) -> str:
         )
     summaries = {name: summary for name, (_, summary) in sweeps.items()}
     out = ["# speedbench results", ""]
-    cpus = {
-        str((s.provenance.get("host_cpu") or {}).get("model"))
-        for s in summaries.values()
-        if s.provenance.get("host_cpu")
-    }
+    cpus = {s.provenance.host_cpu.model for s in summaries.values() if s.provenance.host_cpu}
     if cpus:
         out += [f"Measured on: {'; '.join(sorted(cpus))} ({host_line(summaries)})"]
     for name, (folder, summary) in sweeps.items():
@@ -547,15 +543,14 @@ def host_line(summaries: dict[str, SweepSummary]) -> str:
     """The CPU features and dtype the numbers rest on, from the sweeps' provenance."""
     parts = set()
     for s in summaries.values():
-        cpu = s.provenance.get("host_cpu") or {}
-        if cpu:
-            caps = format_kernel_caps(cpu.get("kernel_caps") or {})
+        if cpu := s.provenance.host_cpu:
+            caps = format_kernel_caps(cpu.kernel_caps)
             caps = f" ({caps})" if caps else ""
             parts.add(
-                f"{cpu.get('cores')} cores, kernels {cpu.get('kernel_family')}{caps}, "
-                f"AVX-512 {'yes' if cpu.get('avx512') else 'no'}, "
-                f"bf16 {'native' if cpu.get('bf16') else 'emulated'}, "
-                f"AMX {'yes' if cpu.get('amx') else 'no'}, dtype {s.provenance.get('dtype')}"
+                f"{cpu.cores} cores, kernels {cpu.kernel_family}{caps}, "
+                f"AVX-512 {'yes' if cpu.avx512 else 'no'}, "
+                f"bf16 {'native' if cpu.bf16 else 'emulated'}, "
+                f"AMX {'yes' if cpu.amx else 'no'}, dtype {s.provenance.dtype}"
             )
     return "; ".join(sorted(parts))
 

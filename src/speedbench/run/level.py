@@ -26,14 +26,22 @@ from speedbench.client.loadgen import LoadResult, engine_gone
 from speedbench.client.measure import reset_prefix_cache, run_load
 from speedbench.config import EngineConfig
 from speedbench.engines.base import EngineError
-from speedbench.engines.docker import remote_host
+from speedbench.engines.launchers import get_launcher
 from speedbench.engines.running import RunningEngine, log_tail
+from speedbench.figures import ClientFigures
 from speedbench.hostcheck import contention
 from speedbench.hostcheck.cpu import format_cpu_list, keep_off
 from speedbench.metrics.goodput import LatencyObjectives
 from speedbench.metrics.summary import summarize_level
 from speedbench.records import RecordSink, RequestRecord, write_parquet
-from speedbench.results import LevelMetrics, PrefixCacheFigures, StaleResults, finite, write_json
+from speedbench.results import (
+    LevelConfig,
+    LevelMetrics,
+    PrefixCacheFigures,
+    StaleResults,
+    finite,
+    write_json,
+)
 from speedbench.secrets import redacted_engine
 from speedbench.sweep_summary import load_key
 from speedbench.tokenize import PromptTokenizer, check_token_ids
@@ -129,14 +137,16 @@ def merge_runs(runs: Sequence[LoadResult]) -> LoadResult:
         for run in runs[1:]:
             counters = counters + run.counters  # type: ignore[operator]
     extras: dict[str, object] = {}
-    reports = [r.extras.get("client") for r in runs]
-    if reports[0] is not None:
-        warnings = [rep.get("warning") for rep in reports if isinstance(rep, dict)]
-        extras["client"] = {
-            **reports[0],
-            "warning": next((w for w in warnings if w), None),
-            "per_repeat": reports,
-        }
+    reports = [
+        r.extras["client"] for r in runs if isinstance(r.extras.get("client"), ClientFigures)
+    ]
+    if reports:
+        extras["client"] = reports[0].model_copy(
+            update={
+                "warning": next((rep.warning for rep in reports if rep.warning), None),
+                "per_repeat": reports,
+            }
+        )
     caches = [r.extras.get("prefix_cache") for r in runs]
     if all(isinstance(c, dict) for c in caches):
         extras["prefix_cache"] = {
@@ -228,23 +238,19 @@ def measure_level(
             }
         ),
         failed=engine_failure(running, settings, result.aborted) or None,
-        config={
-            "engine": redacted_engine(running.engine),
-            "spec": running.spec.model_dump(),
-            # What this engine drafts for the spec: the same method and k differ across engines.
-            "drafting_shape": running.adapter.drafting_shape(running.spec),
-            # The EOS the speed_bench view cut from each turn's last step (None: none was cut).
-            "eos_token_id": eos_id,
-            # Questions sent with fewer turns than the split has (first turns only):
-            # SPEED-Bench's figure pools every turn, so these per-question ALs are not its figure.
-            "questions_on_fewer_turns": sum(item.on_fewer_turns for item in items),
-            "questions": len(items),
-            "batch_size": settings.batch_size,
-            "max_tokens": settings.max_tokens,
-            "temperature": settings.temperature,
-            "split": settings.split,
+        config=LevelConfig(
+            engine=redacted_engine(running.engine),
+            spec=running.spec,
+            drafting_shape=running.adapter.drafting_shape(running.spec),
+            eos_token_id=eos_id,
+            questions=len(items),
+            questions_on_fewer_turns=sum(item.on_fewer_turns for item in items),
+            batch_size=settings.batch_size,
+            max_tokens=settings.max_tokens,
+            temperature=settings.temperature,
+            split=settings.split,
             **load_shape(settings),
-        },
+        ),
     )
     # Undefined figures are None from here on, as they read back from metrics.json.
     metrics = LevelMetrics.model_validate(finite(measured_level.model_dump()))
@@ -252,8 +258,7 @@ def measure_level(
     where = f"{running.spec.label} {settings.split} {level_load(settings)}"
     if host.flagged:
         log.warning("%s: %s", where, host.warning)
-    warning = (metrics.client or {}).get("warning")
-    if warning:
+    if warning := metrics.client and metrics.client.warning:
         log.warning("%s: %s", where, warning)
     return LevelResult(
         running.spec.label,
@@ -358,9 +363,7 @@ def engine_ownership(
 
 def engine_cores_here(engine: EngineConfig) -> frozenset[int]:
     """The cores a bound engine owns on this host (empty: unbound, or on another machine)."""
-    if not engine.cpus or engine.launcher == "external":
-        return frozenset()
-    if engine.launcher == "docker" and remote_host(engine) is not None:
+    if not engine.cpus or not get_launcher(engine.launcher).binds_cores_here(engine):
         return frozenset()
     return frozenset(engine.cpu_ids)
 

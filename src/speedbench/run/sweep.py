@@ -49,6 +49,7 @@ from speedbench.oracle.in_sweep import (
     write_speedup_model,
 )
 from speedbench.oracle.predict import OracleLevel
+from speedbench.provenance import GenerationProtocol, SweepProvenance
 from speedbench.provision.models import engine_weights
 from speedbench.records import read_parquet
 from speedbench.report.html import write_sweep_report
@@ -131,7 +132,7 @@ def run_sweep(
     summary = form_grid(config, engine, specs, items, hooks, tokenizer)
     if config.prompts.skip_placeholders:  # what the numbers rest on: fewer questions
         _, skipped = sweep_prompts(config)
-        provenance = {**summary.provenance, "placeholders_skipped": skipped}
+        provenance = summary.provenance.model_copy(update={"placeholders_skipped": skipped})
         summary = summary.model_copy(update={"provenance": provenance})
         summary.write(out / "summary.json")
     if config.draft_cost and draft:
@@ -372,20 +373,18 @@ def run_grid(
     ordered = sorted(specs, key=lambda s: s.is_speculative)  # stable: baseline first
     rows: list[SummaryRow] = []
     failures: list[ConfigFailure] = []
-    provenance: dict[str, Any] = {
-        "engine": engine.kind,
-        "launcher": engine.launcher,
-        "dtype": engine.dtype,
-        "engine_versions": {},
-        "host_cpu": cpu_info(engine_env=engine_environment(engine)).as_dict(),
-        # What was generated: acceptance of two runs compares only under the same protocol.
-        "protocol": {
-            "max_tokens": base.max_tokens,
-            "ignore_eos": base.ignore_eos,
-            "temperature": base.temperature,
-            "max_turns": max((i.num_turns for s in items.values() for i in s), default=1),
-        },
-    }
+    provenance = SweepProvenance(
+        engine=engine.kind,
+        launcher=engine.launcher,
+        dtype=engine.dtype,
+        host_cpu=cpu_info(engine_env=engine_environment(engine)),
+        protocol=GenerationProtocol(
+            max_tokens=base.max_tokens,
+            ignore_eos=base.ignore_eos,
+            temperature=base.temperature,
+            max_turns=max((i.num_turns for s in items.values() for i in s), default=1),
+        ),
+    )
     cap = base.max_concurrency or 0
 
     def point(spec: SpecConfig, split: str, bs: int, rate: float | None = None) -> GridPoint:
@@ -482,7 +481,7 @@ def _measure_config(
     hooks: SweepHooks,
     rows: list[SummaryRow],
     out: Path,
-    provenance: dict[str, Any],
+    provenance: SweepProvenance,
     baselines: Sequence[SummaryRow] = (),
 ) -> ConfigFailure | None:
     """One engine launch: the config's pending levels in order; a failure ends the config.
@@ -496,7 +495,7 @@ def _measure_config(
     measured: set[GridPoint] = set()
     try:
         handle = hooks.start_engine(engine, spec, log_path)
-        provenance["engine_versions"][spec.label] = hooks.engine_version(handle)
+        provenance.engine_versions[spec.label] = hooks.engine_version(handle)
         while pending or later is not None:
             if not pending:
                 assert later is not None
@@ -581,7 +580,7 @@ def _finish(
     failures: Sequence[ConfigFailure],
     out: Path,
     status: str,
-    provenance: dict[str, Any],
+    provenance: SweepProvenance,
     plots: bool = False,
 ) -> SweepSummary:
     update = {"status": status, "provenance": provenance}

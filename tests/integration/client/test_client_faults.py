@@ -97,8 +97,9 @@ def test_successful_request_keeps_chunks_and_ids(fault_server):
     assert rec.finish_reason == "length" and rec.error is None
     assert rec.start_s <= rec.chunk_times_s[0] <= rec.chunk_times_s[-1] <= rec.end_s
     assert rec.prompt_tokens == 2 and rec.k == 3 and rec.config_label == "ngram-k3"
-    delay = result.extras["client"]["chunk_delay"]
-    assert delay["count"] == len(rec.chunk_tokens) and 0 < delay["p50_ms"] < 50
+    delay = result.extras["client"].chunk_delay
+    assert delay is not None
+    assert delay.count == len(rec.chunk_tokens) and 0 < delay.p50_ms < 50
 
 
 def test_an_engine_that_refuses_connections_stops_the_run():

@@ -65,7 +65,7 @@ def test_exactly_n_in_flight_across_workers(paced_server, batch_size, workers):
     # (Not "most arrivals see N": with the server and two workers on two busy cores, a refill
     # can land while another finished slot is still between requests.)
     assert arrivals.get(batch_size, 0) > 1
-    assert result.extras["client"]["workers"] == workers
+    assert result.extras["client"].workers == workers
 
 
 def test_results_equal_the_single_process_client(paced_server):
@@ -112,15 +112,17 @@ def test_no_record_is_lost_when_a_worker_dies(paced_server, tmp_path):
 
 def test_client_report_merges_workers_and_warns_exactly():
     from speedbench.client.selfmeasure import WorkerMonitor, client_report
+    from speedbench.figures import DelayFigures
 
     busy = WorkerMonitor(lag_ns=[1_000_000] * 99 + [9_000_000], cpu_s=0.95, wall_s=1.0)
     idle = WorkerMonitor(lag_ns=[0] * 100, delays_ns=[2_000_000, 4_000_000], cpu_s=0.2, wall_s=1.0)
     report = client_report([busy, idle])
-    assert report["workers"] == 2
-    assert report["cpu_fraction"] == [0.95, 0.2]
-    assert report["loop_lag"]["count"] == 200 and report["loop_lag"]["max_ms"] == 9.0
-    assert report["chunk_delay"] == {"count": 2, "p50_ms": 3.0, "p99_ms": 3.98, "max_ms": 4.0}
-    assert report["warning"] == (
+    assert report.workers == 2
+    assert report.cpu_fraction == [0.95, 0.2]
+    assert report.loop_lag is not None
+    assert report.loop_lag.count == 200 and report.loop_lag.max_ms == 9.0
+    assert report.chunk_delay == DelayFigures(count=2, p50_ms=3.0, p99_ms=3.98, max_ms=4.0)
+    assert report.warning == (
         "the client may have limited this result: a client worker used 95% of a core (add workers)"
     )
-    assert "warning" not in client_report([idle])
+    assert client_report([idle]).warning is None

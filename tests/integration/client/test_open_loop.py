@@ -61,7 +61,7 @@ def test_a_capped_level_counts_the_wait_for_a_slot_as_latency(server):
     assert e2e_s(last) == pytest.approx(waited + (last.end_s - last.start_s), abs=1e-9)
     assert ttft_s(last) > waited  # from when it was due, not from when it was sent
     # Only the dispatcher's own lateness is the client's arrival lag, not the slot wait.
-    assert result.extras["client"]["arrival_lag"]["count"] == len(ITEMS)
+    assert result.extras["client"].arrival_lag.count == len(ITEMS)
     assert summarize_load(records).e2e_s.p99 >= waited
 
 
@@ -79,7 +79,7 @@ def test_a_closed_loop_level_has_no_schedule(server):
     result = measure(server, batch_size=2)
     assert all(r.scheduled_s is None for r in result.records)
     assert all(ttft_s(r) == r.chunk_times_s[0] - r.start_s for r in result.records)
-    assert "arrival_lag" not in result.extras["client"]
+    assert result.extras["client"].arrival_lag is None
 
 
 @pytest.mark.parametrize(
@@ -141,4 +141,4 @@ def test_a_level_warms_up_at_its_own_load_then_measures_each_repeat(server, tmp_
     by_hand = sum(1 for r in measured if r.end_s - r.scheduled_s <= 0.2)
     assert m.goodput is not None and (m.goodput.met, m.goodput.total) == (by_hand, 16)
     assert by_hand <= 4
-    assert m.config["warmup_requests"] == 3 and m.config["request_rate"] == 50.0
+    assert m.config.warmup_requests == 3 and m.config.request_rate == 50.0

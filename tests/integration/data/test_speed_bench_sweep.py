@@ -96,7 +96,7 @@ def test_the_three_layouts_send_the_same_prompts_and_get_the_same_answers(swept)
 def test_the_skipped_placeholders_are_on_record(swept):
     folder, _, _ = swept
     summary = SweepSummary.read(folder / "summary.json")
-    assert summary.provenance["placeholders_skipped"] == dict.fromkeys(SPLITS, 1)
+    assert summary.provenance.placeholders_skipped == dict.fromkeys(SPLITS, 1)
     assert {(r.config, r.split) for r in summary.levels} == {
         (c, s) for c in ("none", "ngram-k3") for s in SPLITS
     }

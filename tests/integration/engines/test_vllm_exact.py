@@ -73,7 +73,7 @@ def tiny_runs(tiny_pair, tiny_baseline, tmp_path_factory):
 
 def test_two_client_processes_measure_what_one_does(tiny_runs):
     one, two = tiny_runs[f"draft_model-k{K}"], tiny_runs["two-workers"]
-    assert two.extras["client"]["workers"] == 2
+    assert two.extras["client"].workers == 2
     assert {r.prompt_id: r.output_token_ids for r in one.records} == {
         r.prompt_id: r.output_token_ids for r in two.records
     }

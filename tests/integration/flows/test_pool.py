@@ -219,8 +219,9 @@ def test_both_workers_measured_at_once(pool):
     )
     hosts = {r.data.params["engine_host"].rsplit(":", 1)[-1] for r in levels}
     assert hosts == {"0", "1"}, hosts  # each worker measured at least one configuration
-    gathered = {h.rsplit(":", 1)[-1] for h in first.provenance["engine_hosts"].values()}
-    assert gathered == {"0", "1"} and "host_cpu" not in first.provenance
+    assert first.provenance.engine_hosts is not None
+    gathered = {h.rsplit(":", 1)[-1] for h in first.provenance.engine_hosts.values()}
+    assert gathered == {"0", "1"} and first.provenance.host_cpu is None
     first_wave = sorted((r for r in runs if r.start_time), key=lambda r: r.start_time)[:2]
     a, b = first_wave
     assert a.start_time < b.end_time and b.start_time < a.end_time  # their windows overlap

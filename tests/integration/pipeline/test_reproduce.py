@@ -10,7 +10,6 @@ Throughput is hardware-bound and only printed.
 
 from __future__ import annotations
 
-import json
 import subprocess
 
 import pytest
@@ -19,6 +18,7 @@ from speedbench import REPO_ROOT
 from speedbench.config import EngineConfig
 from speedbench.engines.running import engine_environment
 from speedbench.hostcheck.cpu import cpu_info
+from speedbench.provenance import SweepProvenance
 
 # Whole jobs, about 4 minutes of a core each: `make test-e2e` (in .ci/run), not make test.
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -28,12 +28,13 @@ REFERENCE = ROOT / "results" / "reference" / "ci"
 
 def exactness_promised_here() -> bool:
     """Whether this host runs the reference's kernels (its family, no kernel caps)."""
-    ref = json.loads((REFERENCE / "qualitative" / "provenance.json").read_text())["host_cpu"]
+    ref = SweepProvenance.read(REFERENCE / "qualitative" / "provenance.json")
+    assert ref is not None and ref.host_cpu is not None
     local = EngineConfig(model="m", launcher="local")
-    here = cpu_info(engine_env=engine_environment(local)).as_dict()
-    return (ref["kernel_family"], ref.get("kernel_caps") or {}) == (
-        here["kernel_family"],
-        here["kernel_caps"],
+    here = cpu_info(engine_env=engine_environment(local))
+    return (ref.host_cpu.kernel_family, ref.host_cpu.kernel_caps) == (
+        here.kernel_family,
+        here.kernel_caps,
     )
 
 

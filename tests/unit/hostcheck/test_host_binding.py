@@ -23,6 +23,7 @@ from speedbench.hostcheck.cpu import (
     openmp_binding_env,
     parse_cpu_list,
 )
+from speedbench.provenance import SweepProvenance
 from speedbench.report.text import host_line
 from speedbench.sweep_summary import SweepSummary
 
@@ -174,8 +175,8 @@ def test_a_local_engine_inherits_the_shell_and_a_container_does_not(monkeypatch)
 
 
 def test_the_report_names_a_kernel_cap_beside_the_cpu():
-    cpu = cpu_info(AVX2_CPUINFO, engine_env={"ONEDNN_MAX_CPU_ISA": "AVX"}).as_dict()
-    summary = SweepSummary(levels=[], provenance={"host_cpu": cpu, "dtype": "float32"})
+    cpu = cpu_info(AVX2_CPUINFO, engine_env={"ONEDNN_MAX_CPU_ISA": "AVX"})
+    summary = SweepSummary(levels=[], provenance=SweepProvenance(host_cpu=cpu, dtype="float32"))
     assert host_line({"qualitative": summary}) == (
         "1 cores, kernels avx2 (ONEDNN_MAX_CPU_ISA=AVX), AVX-512 no, bf16 emulated, AMX no, "
         "dtype float32"

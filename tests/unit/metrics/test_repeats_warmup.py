@@ -8,7 +8,7 @@ import pytest
 
 from speedbench.client.loadgen import LoadResult
 from speedbench.config import ConfigError, load_config
-from speedbench.figures import SpecCounters
+from speedbench.figures import ClientFigures, SpecCounters
 from speedbench.metrics.goodput import LatencyObjectives
 from speedbench.metrics.latency import summarize_load
 from speedbench.metrics.lossless import lossless_check
@@ -138,7 +138,7 @@ def test_merge_runs_pools_records_and_sums_counters_and_cache_traffic():
             num_drafts=2, num_draft_tokens=6, num_accepted_tokens=3, accepted_per_pos=(2, 1, 0)
         ),
         2.0,
-        {"client": {"warning": None}, "prefix_cache": {"query_tokens": 10, "hit_tokens": 0}},
+        {"client": ClientFigures(workers=1), "prefix_cache": {"query_tokens": 10, "hit_tokens": 0}},
     )
     second = LoadResult(
         [rec("a", 5.0, repeat=1)],
@@ -146,7 +146,10 @@ def test_merge_runs_pools_records_and_sums_counters_and_cache_traffic():
             num_drafts=1, num_draft_tokens=3, num_accepted_tokens=3, accepted_per_pos=(1, 1, 1)
         ),
         3.0,
-        {"client": {"warning": "late"}, "prefix_cache": {"query_tokens": 10, "hit_tokens": 4}},
+        {
+            "client": ClientFigures(workers=1, warning="late"),
+            "prefix_cache": {"query_tokens": 10, "hit_tokens": 4},
+        },
     )
     merged = merge_runs([first, second])
     assert merged.counters == SpecCounters(
@@ -154,7 +157,8 @@ def test_merge_runs_pools_records_and_sums_counters_and_cache_traffic():
     )
     assert merged.duration_s == 5.0 and len(merged.records) == 2
     assert merged.extras["prefix_cache"] == {"query_tokens": 20, "hit_tokens": 4}
-    assert merged.extras["client"]["warning"] == "late"
+    assert merged.extras["client"].warning == "late"
+    assert [c.warning for c in merged.extras["client"].per_repeat] == [None, "late"]
     assert merge_runs([first]) is first
 
 

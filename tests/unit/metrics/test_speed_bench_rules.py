@@ -132,6 +132,7 @@ def test_questions_sent_on_fewer_turns_than_the_split_has_are_flagged():
 
 def test_the_report_says_when_greedy_sd_was_not_lossless_on_this_dtype():
     from speedbench.figures import LosslessFigures
+    from speedbench.provenance import SweepProvenance
     from speedbench.report.text import lossless_verdict
     from speedbench.sweep_summary import SummaryRow, SweepSummary
 
@@ -143,12 +144,15 @@ def test_the_report_says_when_greedy_sd_was_not_lossless_on_this_dtype():
             lossless=LosslessFigures(compared=11, matched=matched, match_rate=matched / 11),
         )  # fmt: skip
 
-    bf16 = SweepSummary(levels=[level(10)], provenance={"dtype": "bfloat16"})
+    bf16 = SweepSummary(levels=[level(10)], provenance=SweepProvenance(dtype="bfloat16"))
     (line,) = lossless_verdict(bf16)
     assert line.startswith("**1 of 11 greedy SD answers differ from the baseline's**: in bf")
     assert "SD is not lossless on this host" in line
-    fp32 = SweepSummary(levels=[level(10)], provenance={"dtype": "float32"})
+    fp32 = SweepSummary(levels=[level(10)], provenance=SweepProvenance(dtype="float32"))
     assert "a bug to report" in lossless_verdict(fp32)[0]
     assert (
-        lossless_verdict(SweepSummary(levels=[level(11)], provenance={"dtype": "bfloat16"})) == []
+        lossless_verdict(
+            SweepSummary(levels=[level(11)], provenance=SweepProvenance(dtype="bfloat16"))
+        )
+        == []
     )

@@ -161,7 +161,7 @@ def test_stage_metrics_files_and_report(tmp_path):
     assert json.loads(paths[5].read_text()) == {"levels": {}, "schema_version": 2}
     assert json.loads(paths[0].read_text())["schema_version"] == 2
     assert json.loads(paths[1].read_text())["levels"]["ngram-k2/qualitative/bs1"]["speedup"] == 1.2
-    assert json.loads(paths[3].read_text()) == {"schema_version": 2}
+    assert json.loads(paths[3].read_text()) == {"engine_versions": {}, "schema_version": 2}
     assert paths[2].read_text().splitlines() == [
         "config,view,position,conditional_ar",
         "ngram-k2/qualitative/bs1,speed_bench,1,0.6",

@@ -7,11 +7,31 @@ import json
 import pytest
 
 from speedbench.cli import main
-from speedbench.pipeline.verify import overall, upgrade, verify
+from speedbench.pipeline.verify import FigureVerdict, overall, upgrade, verify
+from speedbench.provenance import SweepProvenance
 
-FP32_AVX2 = {"dtype": "float32", "engine": "vllm", "host_cpu": {"kernel_family": "avx2"}}
-BF16_AMX = {"dtype": "bfloat16", "engine": "vllm", "host_cpu": {"kernel_family": "amx"}}
-BF16_AVX512 = {"dtype": "bfloat16", "engine": "vllm", "host_cpu": {"kernel_family": "avx512_bf16"}}
+
+def cpu(family: str, **caps: str) -> dict:
+    """A host_cpu entry of provenance.json for a CPU of this kernel family."""
+    wide = family != "avx2"
+    return {"model": f"an {family} CPU", "kernel_family": family, "avx512": wide,
+            "bf16": family in ("amx", "avx512_bf16"), "amx": family == "amx", "cores": 2,
+            "kernel_caps": caps}  # fmt: skip
+
+
+FP32_AVX2 = {"dtype": "float32", "engine": "vllm", "host_cpu": cpu("avx2")}
+BF16_AMX = {"dtype": "bfloat16", "engine": "vllm", "host_cpu": cpu("amx")}
+BF16_AVX512 = {"dtype": "bfloat16", "engine": "vllm", "host_cpu": cpu("avx512_bf16")}
+
+
+def check(
+    reference: dict, fresh: dict, reference_prov: dict, fresh_prov: dict
+) -> list[FigureVerdict]:
+    """verify() on two provenance.json contents ({}: the file is missing)."""
+    ref, new = (
+        SweepProvenance.model_validate(p) if p else None for p in (reference_prov, fresh_prov)
+    )
+    return verify(reference, fresh, ref, new)
 
 
 def level(als: dict[str, float], category_al: dict[str, float] | None = None) -> dict:
@@ -33,13 +53,13 @@ BASE = {f"{c}{i}": 2.0 + 0.1 * i for c in "ab" for i in range(5)}
 
 def test_the_same_numbers_are_exact():
     ref = {"ngram-k3/q/bs4": level(BASE)}
-    verdicts = verify(ref, ref, BF16_AMX, BF16_AVX512)
+    verdicts = check(ref, ref, BF16_AMX, BF16_AVX512)
     assert {v.verdict for v in verdicts} == {"exact"} and overall(verdicts) == "exact"
 
 
 def test_a_difference_where_exactness_is_promised_is_not_reproduced():
     moved = {**BASE, "a0": 2.5}
-    verdicts = verify(
+    verdicts = check(
         {"ngram-k3/q/bs4": level(BASE)}, {"ngram-k3/q/bs4": level(moved)}, FP32_AVX2, FP32_AVX2
     )
     bad = [v for v in verdicts if v.verdict != "exact"]
@@ -51,7 +71,7 @@ def test_a_difference_where_exactness_is_promised_is_not_reproduced():
 def test_drift_on_another_cpu_family_within_the_interval_is_reproduced():
     # Two questions flip by a small amount in opposite directions: mean difference ~0.
     drift = {**BASE, "a1": BASE["a1"] + 0.05, "b2": BASE["b2"] - 0.05, "b3": BASE["b3"] + 0.01}
-    verdicts = verify(
+    verdicts = check(
         {"ngram-k3/q/bs4": level(BASE)}, {"ngram-k3/q/bs4": level(drift)}, BF16_AMX, BF16_AVX512
     )
     moved = [v for v in verdicts if v.verdict != "exact"]
@@ -63,7 +83,7 @@ def test_drift_on_another_cpu_family_within_the_interval_is_reproduced():
 
 def test_a_figure_moved_outside_its_interval_is_not_reproduced_and_exits_1(tmp_path, capsys):
     shifted = {q: al + 0.4 for q, al in BASE.items()}  # every question gained 0.4
-    verdicts = verify(
+    verdicts = check(
         {"ngram-k3/q/bs4": level(BASE)}, {"ngram-k3/q/bs4": level(shifted)}, BF16_AMX, BF16_AVX512
     )
     assert overall(verdicts) == "not_reproduced"
@@ -86,7 +106,7 @@ def test_bf16_at_batch_size_one_on_the_same_cpu_must_be_exact():
     moved = {**BASE, "a1": BASE["a1"] + 0.05, "b2": BASE["b2"] - 0.03}
     for bs, expected in ((1, "not_reproduced"), (4, "reproduced")):
         key = f"ngram-k3/q/bs{bs}"
-        verdicts = verify({key: level(BASE)}, {key: level(moved)}, BF16_AMX, BF16_AMX)
+        verdicts = check({key: level(BASE)}, {key: level(moved)}, BF16_AMX, BF16_AMX)
         assert overall(verdicts) == expected, bs
 
 
@@ -99,7 +119,7 @@ def test_a_reference_without_questions_cannot_vouch_for_a_difference():
         }
     }
     fresh = {"ngram-k3/q/bs4": {"stream": {"al_token_weighted": 1.34}}}
-    verdicts = verify(legacy, fresh, {}, BF16_AVX512)
+    verdicts = check(legacy, fresh, {}, BF16_AVX512)
     assert overall(verdicts) == "not_reproduced"
     (stream,) = [v for v in verdicts if v.figure == "stream.al_token_weighted"]
     assert "no per-question data in the reference" in stream.detail
@@ -124,7 +144,7 @@ def test_a_schema_1_reference_is_read_in_todays_shape_with_every_number_kept():
     }
     assert upgrade(schema_1) == today
     assert upgrade({"schema_version": 2, "levels": today}) == today
-    verdicts = verify(schema_1, {"schema_version": 2, "levels": today}, FP32_AVX2, FP32_AVX2)
+    verdicts = check(schema_1, {"schema_version": 2, "levels": today}, FP32_AVX2, FP32_AVX2)
     assert [v.figure for v in verdicts] == [
         "speed_bench.al_request_mean",
         "speed_bench.by_category.a.al_request_mean",
@@ -142,14 +162,14 @@ def test_another_generation_protocol_is_not_comparable_even_with_equal_figures(t
     forced = {**EOS_64, "ignore_eos": True, "max_tokens": 1024}
     ref_prov, new_prov = {**FP32_AVX2, "protocol": EOS_64}, {**FP32_AVX2, "protocol": forced}
     acceptance = {"ngram-k3/q/bs4": level(BASE)}
-    verdicts = verify(acceptance, acceptance, ref_prov, new_prov)
+    verdicts = check(acceptance, acceptance, ref_prov, new_prov)
     assert [v.verdict for v in verdicts] == ["not_comparable"]
     assert verdicts[0].detail == (
         "generation protocol: max_tokens 64 vs 1024; ignore_eos False vs True"
     )
     assert overall(verdicts) == "not_comparable"
     # The same protocol on both sides is judged figure by figure as before.
-    same = verify(acceptance, acceptance, ref_prov, {**FP32_AVX2, "protocol": dict(EOS_64)})
+    same = check(acceptance, acceptance, ref_prov, {**FP32_AVX2, "protocol": dict(EOS_64)})
     assert overall(same) == "exact"
 
     for name, prov in (("ref", ref_prov), ("new", new_prov)):
@@ -175,7 +195,7 @@ def test_another_generation_protocol_is_not_comparable_even_with_equal_figures(t
 
 def test_a_reference_without_a_recorded_protocol_is_judged_on_its_figures():
     acceptance = {"ngram-k3/q/bs4": level(BASE)}
-    verdicts = verify(acceptance, acceptance, FP32_AVX2, {**FP32_AVX2, "protocol": EOS_64})
+    verdicts = check(acceptance, acceptance, FP32_AVX2, {**FP32_AVX2, "protocol": EOS_64})
     assert overall(verdicts) == "exact"
 
 
@@ -189,7 +209,7 @@ def test_a_category_of_one_question_is_judged_by_its_level():
     key = "draft_model-k3/q/bs1"
     ref = level(ONE_EACH, {"c": 2.5, "d": 2.5, "a": 2.2})
     new = level(flipped, {"c": 2.7, "d": 2.4, "a": 2.2})
-    verdicts = verify({key: ref}, {key: new}, BF16_AMX, BF16_AVX512)
+    verdicts = check({key: ref}, {key: new}, BF16_AMX, BF16_AVX512)
     by_figure = {v.figure: v for v in verdicts}
     c = by_figure["speed_bench.by_category.c.al_request_mean"]
     assert c.verdict == "reproduced"
@@ -201,7 +221,7 @@ def test_a_category_of_one_question_is_judged_by_its_level():
     # The same single-question categories fail with their level when the level moved.
     shifted = {q: al + 0.4 for q, al in ONE_EACH.items()}
     moved = level(shifted, {"c": 2.9, "d": 2.9, "a": 2.6})
-    verdicts = verify({key: ref}, {key: moved}, BF16_AMX, BF16_AVX512)
+    verdicts = check({key: ref}, {key: moved}, BF16_AMX, BF16_AVX512)
     c = next(v for v in verdicts if v.figure == "speed_bench.by_category.c.al_request_mean")
     assert c.verdict == "not_reproduced" and "mean difference +0.4000" in c.detail
 
@@ -210,7 +230,7 @@ def test_a_category_of_two_or_more_questions_is_tested_on_its_own():
     # Every question of "a" gained 0.3 (the other 11 did not): "a" fails though the level holds.
     moved = {**ONE_EACH, **{f"a{i}": ONE_EACH[f"a{i}"] + 0.3 for i in range(5)}}
     key = "draft_model-k3/q/bs16"
-    verdicts = verify(
+    verdicts = check(
         {key: level(ONE_EACH, {"a": 2.2})}, {key: level(moved, {"a": 2.5})}, BF16_AMX, BF16_AVX512
     )
     a = next(v for v in verdicts if v.figure == "speed_bench.by_category.a.al_request_mean")
@@ -219,8 +239,8 @@ def test_a_category_of_two_or_more_questions_is_tested_on_its_own():
 
 def test_the_reason_exactness_is_not_promised_names_the_dtype():
     moved = {**BASE, "a1": BASE["a1"] + 0.05, "b2": BASE["b2"] - 0.03}
-    gguf = {"dtype": "auto", "engine": "llamacpp", "host_cpu": {"kernel_family": "avx2"}}
-    verdicts = verify({"ngram-k3/q/bs4": level(BASE)}, {"ngram-k3/q/bs4": level(moved)}, gguf, gguf)
+    gguf = {"dtype": "auto", "engine": "llamacpp", "host_cpu": cpu("avx2")}
+    verdicts = check({"ngram-k3/q/bs4": level(BASE)}, {"ngram-k3/q/bs4": level(moved)}, gguf, gguf)
     (al,) = [v for v in verdicts if v.figure == "speed_bench.al_request_mean"]
     assert al.verdict == "reproduced" and al.detail.startswith("dtype auto at batch size > 1; ")
 
@@ -229,10 +249,10 @@ def test_a_kernel_cap_on_the_same_cpu_lifts_the_promise_of_exactness():
     # ONEDNN_MAX_CPU_ISA=AVX runs other GEMM kernels on the same AVX2 CPU: like another family.
     capped = {
         **FP32_AVX2,
-        "host_cpu": {"kernel_family": "avx2", "kernel_caps": {"ONEDNN_MAX_CPU_ISA": "AVX"}},
+        "host_cpu": cpu("avx2", ONEDNN_MAX_CPU_ISA="AVX"),
     }
     drift = {**BASE, "a1": BASE["a1"] + 0.05, "b2": BASE["b2"] - 0.05, "b3": BASE["b3"] + 0.01}
-    verdicts = verify(
+    verdicts = check(
         {"ngram-k3/q/bs4": level(BASE)}, {"ngram-k3/q/bs4": level(drift)}, FP32_AVX2, capped
     )
     moved = [v for v in verdicts if v.verdict != "exact"]
@@ -243,10 +263,10 @@ def test_a_kernel_cap_on_the_same_cpu_lifts_the_promise_of_exactness():
 def test_the_same_kernel_cap_on_both_sides_keeps_exactness_promised():
     capped = {
         **FP32_AVX2,
-        "host_cpu": {"kernel_family": "avx2", "kernel_caps": {"ONEDNN_MAX_CPU_ISA": "AVX"}},
+        "host_cpu": cpu("avx2", ONEDNN_MAX_CPU_ISA="AVX"),
     }
     moved = {**BASE, "a0": 2.5}
-    verdicts = verify(
+    verdicts = check(
         {"ngram-k3/q/bs4": level(BASE)}, {"ngram-k3/q/bs4": level(moved)}, capped, capped
     )
     assert overall(verdicts) == "not_reproduced"
@@ -260,13 +280,13 @@ def test_a_one_question_level_that_moved_is_untestable_and_does_not_decide(tmp_p
     drift = {**BASE, "a1": BASE["a1"] + 0.05, "b2": BASE["b2"] - 0.05, "b3": BASE["b3"] + 0.01}
     ref = {"ngram-k3/q/bs4": level(BASE), "ngram-k3/random/bs4": level({"r0": 2.0})}
     new = {"ngram-k3/q/bs4": level(drift), "ngram-k3/random/bs4": level({"r0": 2.2424})}
-    verdicts = verify(ref, new, BF16_AMX, BF16_AVX512)
+    verdicts = check(ref, new, BF16_AMX, BF16_AVX512)
     random = [v for v in verdicts if v.level == "ngram-k3/random/bs4" and v.verdict != "exact"]
     assert random and {v.verdict for v in random} == {"untestable"}
     assert "1 question in the level: no paired test" in random[0].detail
     assert overall(verdicts) == "reproduced"
     # Where exactness is promised, the one-question level still must match.
-    promised = verify(ref, new, FP32_AVX2, FP32_AVX2)
+    promised = check(ref, new, FP32_AVX2, FP32_AVX2)
     assert overall(promised) == "not_reproduced"
     # Through the command: exit 0, the untestable figures counted in the tally.
     for root, data in (("ref", ref), ("new", new)):

@@ -13,6 +13,7 @@ import pytest
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineError
 from speedbench.errors import finish
+from speedbench.provenance import GenerationProtocol
 from speedbench.results import LevelMetrics
 from speedbench.run.hooks import DiskResume, SweepHooks
 from speedbench.run.level import LevelResult
@@ -131,20 +132,18 @@ def test_baseline_first_one_launch_per_config_and_speedups_as_levels_land(tmp_pa
         ("ngram-k3", 2, 1.5),
     ]
     assert summary.status == "finished" and summary.failures == []
-    assert summary.provenance["engine_versions"] == {"none": "fake-1", "ngram-k3": "fake-1"}
-    assert summary.provenance["host_cpu"]["kernel_family"] in (
+    assert summary.provenance.engine_versions == {"none": "fake-1", "ngram-k3": "fake-1"}
+    assert summary.provenance.host_cpu is not None
+    assert summary.provenance.host_cpu.kernel_family in (
         "amx",
         "avx512_bf16",
         "avx512",
         "avx2",
     )
     # The defaults of LoadSettings, and ITEMS' single turns: what verify-reference compares.
-    assert summary.provenance["protocol"] == {
-        "max_tokens": 96,
-        "ignore_eos": True,
-        "temperature": 0.0,
-        "max_turns": 1,
-    }
+    assert summary.provenance.protocol == GenerationProtocol(
+        max_tokens=96, ignore_eos=True, temperature=0.0, max_turns=1
+    )
     assert SweepSummary.read(tmp_path / "summary.json") == summary.model_copy(update={})
 
 

@@ -139,16 +139,25 @@ Identity = Callable[[SpecConfig, str, int, float | None], dict[str, Any]]
 PerCategory = Callable[[int, float | None], int | None]
 
 
-def default_identity(engine: EngineConfig, settings: LoadSettings) -> Identity:
-    """An identity from the engine, the SD config, the split, the load point and the settings."""
+def level_identity(
+    engine: EngineConfig, settings: LoadSettings, model: str | None = None
+) -> Identity:
+    """What defines a level on ``engine`` under ``settings``, for each SD config and load point.
+
+    The engine, the SD config, the split, the load point and what was generated. Fields added
+    after the first sweeps appear only when set, so earlier levels keep their identity (and
+    their MLflow resume key). ``model`` names the target where ``engine.model`` is this
+    machine's path to it (a form names it; :func:`speedbench.run.plan.config_identity` adds
+    the form's prompt selection).
+    """
 
     def identity(
         spec: SpecConfig, split: str, batch_size: int, request_rate: float | None
     ) -> dict[str, Any]:
-        ident = {
+        ident: dict[str, Any] = {
             "engine": engine.kind,
             "launcher": engine.launcher,
-            "model": engine.model,
+            "model": model or engine.model,
             "dtype": engine.dtype,
             "spec": spec.model_dump(),
             "split": split,
@@ -158,7 +167,22 @@ def default_identity(engine: EngineConfig, settings: LoadSettings) -> Identity:
             "seed": settings.seed,
         }
         if request_rate is not None:
-            ident["request_rate"] = request_rate
+            ident["load"] = {
+                "request_rate": request_rate,
+                "arrival": settings.arrival,
+                "burstiness": settings.burstiness,
+                "max_concurrency": settings.max_concurrency,
+            }
+        if settings.warmup_requests:
+            ident["warmup_requests"] = settings.warmup_requests
+        if settings.repeats > 1:
+            ident["repeats"] = settings.repeats
+        if settings.objectives:  # the level's metrics hold its goodput under these
+            ident["objectives"] = settings.objectives
+        if not settings.ignore_eos:
+            ident["stop_at_eos"] = True
+        if engine.prefix_cache != "keep":  # earlier sweeps kept the cache
+            ident["prefix_cache"] = engine.prefix_cache
         return ident
 
     return identity

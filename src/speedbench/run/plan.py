@@ -27,6 +27,7 @@ from speedbench.data.speed_bench import (
 from speedbench.engines.base import UnsupportedSpecError, engine_method, get_engine
 from speedbench.engines.vllm import CPU_CONTEXT, cpu_vllm_engine, runs_on_cpu
 from speedbench.provision.models import resolve_dtype
+from speedbench.run.hooks import level_identity
 from speedbench.sweep_config import SweepConfig
 from speedbench.workload import LoadSettings, WorkItem
 
@@ -298,49 +299,23 @@ def config_identity(
     batch_size: int,
     request_rate: float | None = None,
 ) -> dict[str, Any]:
-    """Everything that defines one measured configuration (and nothing that does not).
+    """Everything that defines one measured configuration of a form (and nothing that does not).
 
-    Fields added after the first sweeps appear only when set, so earlier levels keep their
-    identity (and their MLflow resume key).
+    The level's identity (:func:`speedbench.run.hooks.level_identity`, on the form's load
+    settings and its model's name) and the form's prompt selection: how many per category,
+    which categories, which prompt file or SPEED-Bench revision.
     """
-    spec_fields = spec.model_dump()
-    if spec_fields["draft_model"]:
-        spec_fields["draft_model"] = sweep.draft_model  # the name, not this machine's path
-    identity: dict[str, Any] = {
-        "engine": engine.kind,
-        "launcher": engine.launcher,
-        "model": sweep.model,
-        "dtype": engine.dtype,
-        "spec": spec_fields,
-        "split": split,
-        "batch_size": batch_size,
-        "per_category": sweep.prompts.per_category_at(batch_size, request_rate),
-        "limit": sweep.prompts.limit,
-        "multiturn": sweep.prompts.multiturn,
-        "output_len": sweep.protocol.output_len,
-        "temperature": sweep.protocol.temperature,
-        "seed": sweep.protocol.seed,
-    }
+    identity = level_identity(engine, load_settings(sweep), model=sweep.model)(
+        spec, split, batch_size, request_rate
+    )
+    if identity["spec"]["draft_model"]:
+        identity["spec"]["draft_model"] = sweep.draft_model  # the name, not this machine's path
+    identity["per_category"] = sweep.prompts.per_category_at(batch_size, request_rate)
+    identity["limit"] = sweep.prompts.limit
+    identity["multiturn"] = sweep.prompts.multiturn
     # Only when set, so the identities (and MLflow resume keys) of earlier sweeps still match.
     if sweep.prompts.categories:
         identity["categories"] = sorted(sweep.prompts.categories)
-    if request_rate is not None:
-        identity["load"] = {
-            "request_rate": request_rate,
-            "arrival": sweep.load.arrival,
-            "burstiness": sweep.load.burstiness,
-            "max_concurrency": sweep.load.max_concurrency,
-        }
-    if sweep.load.warmup_requests:
-        identity["warmup_requests"] = sweep.load.warmup_requests
-    if sweep.load.repeats > 1:
-        identity["repeats"] = sweep.load.repeats
-    if sweep.load.objectives:  # the level's metrics hold its goodput under these
-        identity["objectives"] = sweep.load.objectives
-    if sweep.protocol.stop_at_eos:
-        identity["stop_at_eos"] = True
-    if engine.prefix_cache != "keep":  # earlier sweeps kept the cache
-        identity["prefix_cache"] = engine.prefix_cache
     if sweep.prompts.prompt_file:
         identity["prompt_file"] = dataset_revision(split, prompt_file=sweep.prompts.prompt_file)
     elif config_of_split(split) is not None:

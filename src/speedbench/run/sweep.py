@@ -61,7 +61,7 @@ from speedbench.run.hooks import (
     Identity,
     PerCategory,
     SweepHooks,
-    default_identity,
+    level_identity,
     stamp_identity,
 )
 from speedbench.run.level import LevelResult, validate_items
@@ -366,7 +366,7 @@ def run_grid(
     out = Path(out_dir)
     hooks = hooks or SweepHooks()
     base = settings or LoadSettings()
-    identity = identity or default_identity(engine, base)
+    identity = identity or level_identity(engine, base)
     if tokenizer is not None:
         for split_items in items.values():
             validate_items(split_items, tokenizer.vocab_size)

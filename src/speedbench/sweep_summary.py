@@ -16,7 +16,14 @@ from typing import Any, Literal
 from pydantic import Field
 
 from speedbench.config import MODEL_FREE_METHODS
-from speedbench.figures import Figure, Interval, LosslessFigures, Result, SpreadFigures
+from speedbench.figures import (
+    Figure,
+    Interval,
+    LosslessFigures,
+    Result,
+    SpreadFigures,
+    ViewFigures,
+)
 from speedbench.metrics.pareto import LoadPoint, pareto_front, speedup
 from speedbench.provenance import SweepProvenance
 from speedbench.results import (
@@ -53,18 +60,17 @@ class ViewSummary(Result):
     questions: dict[str, QuestionAL] = Field(default_factory=dict)
 
     @classmethod
-    def of(cls, view: Any, per_category: dict[str, Any]) -> ViewSummary:
+    def of(cls, view: ViewFigures, per_category: dict[str, ViewFigures]) -> ViewSummary:
         """The summary of a view and its per-category views.
 
         Args:
-            view: The level's :class:`ViewFigures` (or :class:`speedbench.metrics.views.
-                ViewFigures`: the same attributes).
+            view: The level's figures under the view.
             per_category: Each category's figures under the same view.
         """
         has_ar = any(a is not None for a in view.conditional_ar)  # none for server, SGLang
         has_units = view.units != "none"
 
-        def category(c: Any) -> CategoryAL:
+        def category(c: ViewFigures) -> CategoryAL:
             many = len(c.per_unit) > 1
             return CategoryAL(
                 al_request_mean=c.al_request_mean if has_units else None,
@@ -104,7 +110,9 @@ class ViewSummary(Result):
         )
 
 
-def view_summaries(views: dict[str, Any], per_category: dict[str, Any]) -> dict[str, ViewSummary]:
+def view_summaries(
+    views: dict[str, ViewFigures], per_category: dict[str, dict[str, ViewFigures]]
+) -> dict[str, ViewSummary]:
     """Every view of a level as :class:`ViewSummary`, from its overall and per-category views.
 
     Args:

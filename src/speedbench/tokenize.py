@@ -62,8 +62,13 @@ class PromptTokenizer:
 
         try:
             return cls(AutoTokenizer.from_pretrained(path, local_files_only=True), system_prompt)
-        except (OSError, ValueError):
-            pass
+        except (OSError, ValueError) as exc:
+            local_error = exc
+        if Path(path).is_dir():
+            reason = (str(local_error).strip().splitlines() or [type(local_error).__name__])[0]
+            raise TokenizationError(
+                f"the folder {path!r} holds no tokenizer transformers can load: {reason}"
+            ) from None
         hub_id = path.count("/") == 1 and not path.startswith((".", "/", "~"))
         if not hub_id or Path(path).exists():
             raise TokenizationError(

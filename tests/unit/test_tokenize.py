@@ -84,3 +84,12 @@ def test_bos_added_once_when_template_renders_it():
     ids = tok.encode_turn(["hi there"])
     assert ids[0] == 1 and ids[1] != 1
     assert ids.count(1) == 1
+
+
+def test_a_folder_without_a_tokenizer_is_named_with_transformers_reason(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(TokenizationError) as err:
+        PromptTokenizer.from_pretrained(str(tmp_path))
+    message = str(err.value)
+    assert message.startswith(f"the folder {str(tmp_path)!r} holds no tokenizer transformers can")
+    assert "\n" not in message and message.split(": ", 1)[1].strip()

@@ -1,15 +1,15 @@
 """Long real-text corpora for the throughput split, one registered corpus per domain.
 
-Each corpus belongs to an entropy tier (low: code; mixed: technical and encyclopedic text; high:
-stories, news and dialogue) and yields ``Document``s in a fixed order. All of them arrive offline:
-the running interpreter's standard library, the Python documentation from the Debian
-``python3.11-doc`` package (fetched with ``apt-get download``, never installed), and BIG-bench
-task files from the cached sdist. Adding a corpus is one function and one ``@register_corpus``.
+Each corpus belongs to an entropy tier (low: code; mixed: technical and encyclopedic text;
+high: essays, people's requests and dialogue) and yields ``Document``s in a fixed order. All of
+them arrive offline: the running interpreter's standard library, the Python documentation from
+the Debian ``python3.11-doc`` package (fetched with ``apt-get download``, never installed), and
+the data files of three evaluation wheels (data/sources/long_context.py, lm_eval.py,
+inspect_evals.py). Adding a corpus is one function and one ``@register_corpus``.
 """
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 import sysconfig
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from speedbench.data.sources.bigbench import load_task
+from speedbench.data.sources import inspect_evals, lm_eval, long_context
 from speedbench.provision.pypi import CACHE_ROOT, FetchError
 
 Tier = Literal["low", "mixed", "high"]
@@ -194,22 +194,17 @@ def pydoc_topics() -> Iterator[Document]:
 @register_corpus(
     "squad_articles",
     "mixed",
-    "Read the encyclopedia and news articles below, then answer the question at the end.",
+    "Read the encyclopedia articles below, then answer the question at the end.",
     header="Article: {doc_id}\n",
 )
 def squad_articles() -> Iterator[Document]:
-    """Whole articles behind SQuAD and its NYT / new-Wikipedia shifts, with one question each."""
-    for member in (
-        "squad_shifts/squaddev_v1.1.json",
-        "squad_shifts/new_wiki_v1.0.json",
-        "squad_shifts/nyt_v1.0.json",
-    ):
-        for i, article in enumerate(load_task(member)["data"]):
-            paras = article.get("paragraphs", [])
-            text = "\n".join(p["context"].strip() for p in paras)
-            qas = [qa for p in paras for qa in p.get("qas", [])]
-            title = str(article.get("title") or f"{member.split('/')[-1]}-{i}")
-            yield Document(title, text, qas[0]["question"] if qas else "")
+    """The 35 Wikipedia articles behind SQuAD 2.0's dev set, with one answerable question each."""
+    for i, article in enumerate(long_context.squad_articles()):
+        paras = article.get("paragraphs", [])
+        text = "\n".join(p["context"].strip() for p in paras)
+        qas = [qa for p in paras for qa in p.get("qas", []) if not qa.get("is_impossible")]
+        title = str(article.get("title") or f"squad-{i}").replace("_", " ")
+        yield Document(title, text, qas[0]["question"] if qas else "")
 
 
 @register_corpus(
@@ -218,61 +213,68 @@ def squad_articles() -> Iterator[Document]:
     "Below are encyclopedia texts. Summarize the last one in English.",
 )
 def wiki_paragraphs() -> Iterator[Document]:
-    """Encyclopedia documents from BIG-bench paragraph_segmentation (one sentence a line)."""
-    for i, ex in enumerate(load_task("paragraph_segmentation/task.json")["examples"]):
-        yield Document(f"paragraph_segmentation-{i}", ex["input"].strip())
+    """HotpotQA's Wikipedia lead paragraphs, the ten of each question as one document."""
+    for row in long_context.hotpot_questions():
+        paragraphs = [f"{title}: {''.join(sents).strip()}" for title, sents in row["context"]]
+        yield Document(f"hotpotqa-{row['_id']}", "\n".join(paragraphs))
 
 
-# --- high entropy: stories, news, dialogue -------------------------------------------------------
-
-
-@register_corpus(
-    "minute_mysteries",
-    "high",
-    "Below are short mystery stories. Solve the last one: name the culprit and explain the clues.",
-)
-def minute_mysteries() -> Iterator[Document]:
-    """Five-minute mystery stories (BIG-bench minute_mysteries_qa)."""
-    for ex in load_task("minute_mysteries_qa/freetext/task.json")["examples"]:
-        yield Document(ex["comment"], ex["input"].strip())
+# --- high entropy: essays, requests, dialogue ----------------------------------------------------
 
 
 @register_corpus(
-    "xsum_news",
+    "essays",
     "high",
-    "Below are news articles. Write a follow-up article to the last one.",
+    "Below are essays. Write a reply to the last one that argues against one of its points.",
 )
-def xsum_news() -> Iterator[Document]:
-    """BBC articles of XSum (BIG-bench gem/xsum)."""
-    for ex in load_task("gem/xsum/task.json")["examples"]:
-        yield Document(ex["comment"], ex["input"].strip())
-
-
-_TURN = re.compile(r'(?<=")\s+(?=agent_[AB]: ")')
+def essays() -> Iterator[Document]:
+    """Paul Graham's essays, whole, named by their date and length."""
+    for essay in long_context.paul_graham_essays():
+        date = essay[: essay.find(" ") + 5]
+        yield Document(f"pg-{date.replace(' ', '-')}-{len(essay)}", essay)
 
 
 @register_corpus(
-    "topical_chat",
+    "writing_requests",
     "high",
-    "Below are casual conversations. Continue the last one with five more exchanges.",
+    "Below are requests that people sent to a writing assistant. Write the reply to the last one.",
+    header="Request {doc_id}:\n",
 )
-def topical_chat() -> Iterator[Document]:
-    """Knowledge-grounded chats (BIG-bench topical_chat): longest context of each, a turn a line."""
-    longest: dict[str, str] = {}
-    for ex in load_task("topical_chat/task.json")["examples"]:
-        if len(ex["input"]) > len(longest.get(ex["comment"], "")):
-            longest[ex["comment"]] = ex["input"]
-    for cid in sorted(longest):
-        yield Document(cid, "\n".join(_TURN.split(longest[cid].strip())))
+def writing_requests() -> Iterator[Document]:
+    """WritingBench's English requests, reference material included, at any length."""
+    for r in inspect_evals.writingbench_requests():
+        if not inspect_evals.is_chinese(r["query"]):
+            yield Document(str(r["index"]), r["query"].strip())
 
 
 @register_corpus(
-    "mlsum_news",
+    "writing_requests_zh",
     "high",
-    "Below are news articles in German and Spanish. Summarize the last one in its own language.",
+    "Below are requests in Chinese that people sent to a writing assistant. Write the reply to "
+    "the last one, in Chinese.",
+    header="Request {doc_id}:\n",
 )
-def mlsum_news() -> Iterator[Document]:
-    """German and Spanish news (BIG-bench gem/mlsum_de and mlsum_es)."""
-    for member in ("gem/mlsum_de/task.json", "gem/mlsum_es/task.json"):
-        for ex in load_task(member)["examples"]:
-            yield Document(ex["comment"], ex["input"].strip())
+def writing_requests_zh() -> Iterator[Document]:
+    """WritingBench's Chinese requests, reference material included, at any length."""
+    for r in inspect_evals.writingbench_requests():
+        if inspect_evals.is_chinese(r["query"]):
+            yield Document(str(r["index"]), r["query"].strip())
+
+
+@register_corpus(
+    "support_dialogues",
+    "high",
+    "Below are conversations between people and a government help site's assistant. Continue the "
+    "last one with three more exchanges.",
+)
+def support_dialogues() -> Iterator[Document]:
+    """ChatRAG-Bench's Doc2Dial conversations, each at its longest, a message a line."""
+    longest: dict[tuple[str, str], list[dict[str, str]]] = {}
+    for turn in lm_eval.chatrag_turns():
+        messages = turn["messages"]
+        key = (turn["document"], messages[0]["content"])
+        if len(messages) > len(longest.get(key, [])):
+            longest[key] = messages
+    for i, ((site, _), messages) in enumerate(longest.items()):
+        text = "\n".join(f"{m['role']}: {m['content'].strip()}" for m in messages)
+        yield Document(f"doc2dial-{site}-{i}", text)

@@ -199,9 +199,7 @@ def format_report(report: dict[str, Any]) -> str:
         f"{'category':14s} {'pool':>5s} {'k':>4s} {'greedy cos':>10s} {'random cos':>10s}  sources",
     ]
     for r in report["categories"]:
-        mix = ", ".join(
-            f"{s.removeprefix('bigbench/')}:{n}" for s, n in r["picked_sources"].items()
-        )
+        mix = ", ".join(f"{s}:{n}" for s, n in r["picked_sources"].items())
         lines.append(
             f"{r['category']:14s} {r['pool']:5d} {r['k']:4d} {r['greedy_cosine']:10.4f} "
             f"{r['random_cosine']:10.4f}  {mix}"

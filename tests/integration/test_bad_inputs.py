@@ -103,6 +103,13 @@ def _(tmp, url):
     return message(lambda: read_params(tmp / "nope.yaml"))
 
 
+@case("qualitative-pool-below-k")
+def _(tmp, url):
+    from speedbench.data.qualitative import QualitativeParams
+
+    return message(lambda: load_config(QualitativeParams, {"k": 500, "pool_size": 20}))
+
+
 @case("params-section-missing")
 def _(tmp, url):
     return message(lambda: stage_sweep({"models": {}}, "measure_qualitative", str(tmp)))

@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from speedbench.config import StrictModel
 from speedbench.data.diversity import greedy_diverse, mean_pairwise_cosine, random_pick_cosine
@@ -60,6 +60,16 @@ class QualitativeParams(StrictModel):
         "skip", description="A malformed source row is reported and skipped, or fails the build."
     )
     random_draws: int = Field(100, ge=1, description="Random picks averaged for the baseline.")
+
+    @model_validator(mode="after")
+    def _pool_holds_k(self) -> QualitativeParams:
+        # Said before any source is downloaded: a pool smaller than k can never be picked from.
+        if self.pool_size < self.k:
+            raise ValueError(
+                f"pool_size={self.pool_size} is fewer than k={self.k}: each category picks k "
+                "prompts out of its pool"
+            )
+        return self
 
 
 def allocate(sizes: dict[str, int], total: int) -> dict[str, int]:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,12 +189,28 @@ def convert_gguf(gguf: Path, out_dir: Path, dtype: str, sha256: str) -> Path:
     model.hf_quantizer = None  # type: ignore[assignment]  # transformers types it non-optional
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out_dir), safe_serialization=True)
-    tok.save_pretrained(str(out_dir))
-    marker = out_dir / PROVENANCE
-    marker.write_text(json.dumps({"gguf": gguf.name, "dtype": dtype, "sha256": sha256}))
-    make_world_readable(out_dir)
+    # Written beside the target and renamed into place: two processes provisioning the same
+    # model at once (two test workers) must never read each other's half-written files.
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        model.save_pretrained(str(staging), safe_serialization=True)
+        tok.save_pretrained(str(staging))
+        marker = staging / PROVENANCE
+        marker.write_text(json.dumps({"gguf": gguf.name, "dtype": dtype, "sha256": sha256}))
+        make_world_readable(staging)
+        staging.chmod(0o755)
+        if (out_dir / PROVENANCE).exists():
+            return out_dir  # another process finished the same conversion first
+        if out_dir.exists():
+            shutil.rmtree(out_dir)  # an earlier conversion that never finished
+        try:
+            staging.rename(out_dir)
+        except OSError:
+            if not (out_dir / PROVENANCE).exists():
+                raise  # not the other process's finished copy: a real failure
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return out_dir
 
 

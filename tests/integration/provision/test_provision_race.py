@@ -1,0 +1,49 @@
+"""Two processes provisioning the same packaged model at once (two test workers, two stages).
+
+The conversion is written beside its folder and renamed into place, so neither process can
+read the other's half-written tokenizer or weights, and both end with the same whole folder.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from speedbench.provision.models import PROVENANCE, fetch_gguf
+
+NAME = "qwen2.5-coder-0.5b-instruct"
+PROVISION_AND_LOAD = """
+import sys
+from pathlib import Path
+from speedbench.provision.models import provision
+from speedbench.tokenize import PromptTokenizer
+out = provision(sys.argv[1], cache=Path(sys.argv[2]), dtype="float32")
+PromptTokenizer.from_pretrained(str(out))
+print(out)
+"""
+
+
+def test_two_processes_provisioning_at_once_both_get_the_whole_folder(tmp_path):
+    # The verified GGUF is shared (a link), so only the conversion itself runs twice.
+    gguf = fetch_gguf(NAME)
+    (tmp_path / NAME).mkdir()
+    (tmp_path / NAME / gguf.name).symlink_to(gguf)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", PROVISION_AND_LOAD, NAME, str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    results = [(p.wait(timeout=600), *p.communicate()) for p in procs]
+    for rc, _, err in results:
+        assert rc == 0, err[-2000:]
+    out = tmp_path / NAME / "hf-float32"
+    assert {r[1].strip() for r in results} == {str(out)}
+    assert json.loads((out / PROVENANCE).read_text())["dtype"] == "float32"
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in out.iterdir()}
+    leftovers = [p.name for p in (tmp_path / NAME).iterdir() if p.name.startswith(".")]
+    assert leftovers == []

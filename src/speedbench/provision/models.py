@@ -12,11 +12,14 @@ A user with hub access or local weights passes a Hugging Face id or a path inste
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import shutil
 import tempfile
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -189,8 +192,8 @@ def convert_gguf(gguf: Path, out_dir: Path, dtype: str, sha256: str) -> Path:
     model.hf_quantizer = None  # type: ignore[assignment]  # transformers types it non-optional
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    # Written beside the target and renamed into place: two processes provisioning the same
-    # model at once (two test workers) must never read each other's half-written files.
+    # Written beside the target and renamed into place, so a conversion killed halfway leaves
+    # no folder that looks finished.
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
@@ -200,15 +203,9 @@ def convert_gguf(gguf: Path, out_dir: Path, dtype: str, sha256: str) -> Path:
         marker.write_text(json.dumps({"gguf": gguf.name, "dtype": dtype, "sha256": sha256}))
         make_world_readable(staging)
         staging.chmod(0o755)
-        if (out_dir / PROVENANCE).exists():
-            return out_dir  # another process finished the same conversion first
         if out_dir.exists():
-            shutil.rmtree(out_dir)  # an earlier conversion that never finished
-        try:
-            staging.rename(out_dir)
-        except OSError:
-            if not (out_dir / PROVENANCE).exists():
-                raise  # not the other process's finished copy: a real failure
+            shutil.rmtree(out_dir)  # a stale conversion (another GGUF or dtype)
+        staging.rename(out_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out_dir
@@ -229,13 +226,39 @@ def provision(name: str, cache: Path = DEFAULT_CACHE, dtype: str = "float32") ->
     """Make a packaged model ready to serve; return its Hugging Face directory."""
     model = get_packaged_model(name)
     out_dir = cache / name / f"hf-{dtype}"
-    marker = out_dir / PROVENANCE
-    if marker.exists():
-        done = json.loads(marker.read_text())
-        if done.get("dtype") == dtype and done.get("sha256") == model.sha256:
-            make_world_readable(out_dir)
+    if provisioned(out_dir, dtype, model.sha256):
+        return out_dir
+    with provisioning_lock(cache / name):
+        # Another process may have finished while this one waited for the lock.
+        if provisioned(out_dir, dtype, model.sha256):
             return out_dir
-    return convert_gguf(fetch_gguf(name, cache), out_dir, dtype, model.sha256)
+        return convert_gguf(fetch_gguf(name, cache), out_dir, dtype, model.sha256)
+
+
+def provisioned(out_dir: Path, dtype: str, sha256: str) -> bool:
+    """Whether ``out_dir`` is a finished conversion of that GGUF to that dtype."""
+    marker = out_dir / PROVENANCE
+    if not marker.exists():
+        return False
+    done = json.loads(marker.read_text())
+    if done.get("dtype") != dtype or done.get("sha256") != sha256:
+        return False
+    make_world_readable(out_dir)
+    return True
+
+
+@contextmanager
+def provisioning_lock(model_dir: Path) -> Iterator[None]:
+    """Hold the model's lock, so one process at a time downloads and converts it.
+
+    Two test workers, or two stages, provisioning the same model at once would otherwise both
+    write the GGUF and convert it, and one could delete the folder the other just returned.
+    The lock is released when the file closes, also when the process dies.
+    """
+    model_dir.mkdir(parents=True, exist_ok=True)
+    with open(model_dir / "provision.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 def resolve_model(ref: str, cache: Path = DEFAULT_CACHE, dtype: str = "float32") -> str:

@@ -1,7 +1,7 @@
 """Two processes provisioning the same packaged model at once (two test workers, two stages).
 
-The conversion is written beside its folder and renamed into place, so neither process can
-read the other's half-written tokenizer or weights, and both end with the same whole folder.
+One process converts under the model's lock; the other waits for it and finds the finished
+folder, so neither reads a half-written tokenizer or weights and the conversion runs once.
 """
 
 from __future__ import annotations
@@ -45,5 +45,7 @@ def test_two_processes_provisioning_at_once_both_get_the_whole_folder(tmp_path):
     assert {r[1].strip() for r in results} == {str(out)}
     assert json.loads((out / PROVENANCE).read_text())["dtype"] == "float32"
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in out.iterdir()}
+    conversions = [err for _, _, err in results if "de-quantizing" in err]
+    assert len(conversions) == 1
     leftovers = [p.name for p in (tmp_path / NAME).iterdir() if p.name.startswith(".")]
     assert leftovers == []

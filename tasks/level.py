@@ -6,6 +6,7 @@ averaged with a second attempt. Logging to MLflow is retried, since SQLite can b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,15 @@ def run_level(
 ) -> LevelResult:
     """Drive ``items`` at the level's load point (streams or a rate); records land on disk."""
     return measure_level(running, items, settings, tokenizer, directory)
+
+
+@task(cache_policy=NO_CACHE)
+def run_grid_point(measure: Callable[[], dict[str, LevelResult]]) -> dict[str, LevelResult]:
+    """One grid point's configs in alternating rounds (speedbench.run.interleave), as one task.
+
+    Not retried, as a level is not: a round lost half-way shows as a failed level.
+    """
+    return measure()
 
 
 @task(retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)

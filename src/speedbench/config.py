@@ -33,6 +33,8 @@ DType = Literal["auto", "float32", "bfloat16", "float16"]
 PrefixCache = Literal["reset", "keep", "off"]
 # How open-loop (request-rate) arrivals are spaced: see speedbench.client.arrivals.
 ArrivalProcess = Literal["poisson", "gamma", "constant"]
+# How a grid point's configs share the host's time: see speedbench.run.interleave.
+Interleave = Literal["off", "resident", "relaunch"]
 
 SPEC_METHODS: tuple[str, ...] = get_args(SpecMethod)
 ENGINE_KINDS: tuple[str, ...] = get_args(EngineKind)

@@ -184,6 +184,9 @@ class HostFigures(Result):
     load_1m: Figure
     competitors: list[Competitor] = Field(default_factory=list)
     other_engines: list[str] = Field(default_factory=list)
+    # Interleaved grids: CPU time of the sweep's other resident engines while this one ran
+    # (included in others_cpu_s; near 0 when idle engines do not spin). None: none resident.
+    sibling_cpu_s: Figure = None
     threshold: float
     flagged: bool
     warning: str | None = None

@@ -90,6 +90,8 @@ class LevelConfig(Result):
         questions_on_fewer_turns: Of those, sent with fewer turns than the split has (first
             turns only): SPEED-Bench's figure pools every turn, so their ALs are not its figure.
         warmup_requests, repeats: Requests sent before the measured ones; measured passes.
+        interleave: How the level's repeats were timed against the other configs' at the
+            same grid point (``off``: back to back; :mod:`speedbench.run.interleave`).
         request_rate, arrival, burstiness, max_concurrency: The open loop (None: closed).
         objectives: Goodput's latency objectives by name (None: no goodput).
     """
@@ -106,6 +108,7 @@ class LevelConfig(Result):
     split: str | None = None
     warmup_requests: int = 0
     repeats: int = 1
+    interleave: str = "off"
     request_rate: float | None = None
     arrival: str | None = None
     burstiness: float | None = None

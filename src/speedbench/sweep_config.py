@@ -26,6 +26,7 @@ from speedbench.config import (
     TREE_SHAPE,
     ArrivalProcess,
     EngineSettings,
+    Interleave,
     SpecConfig,
     SpecMethod,
     SplitName,
@@ -179,6 +180,16 @@ class LoadSection(StrictModel):
         description="Measure each level this many times (same prompts, a fresh order and "
         "arrival schedule per repeat); metrics get a confidence interval across repeats.",
     )
+    interleave: Interleave = Field(
+        default="off",
+        description="How the configs of one grid point (the no-SD baseline and the SD configs "
+        "at a split and batch size) share the host's time. off: each config's levels back to "
+        "back, one launch each (a drifting host lands in every speedup). resident: every "
+        "config's engine up at once, their repeats alternating in a seeded random order per "
+        "round, so drift hits both sides of every ratio; needs memory for all engines and "
+        "repeats >= 2. relaunch: the same alternation with one launch per block, for engines "
+        "that do not fit together (one GPU).",
+    )
     client_workers: int = Field(
         default=0,
         ge=0,
@@ -225,6 +236,16 @@ class LoadSection(StrictModel):
             raise ValueError(
                 "an open-loop level runs in one client process (its schedule is one clock's): "
                 f"client_workers must be 0 or 1, got {self.client_workers}"
+            )
+        if self.interleave != "off" and self.repeats < 2:
+            raise ValueError(
+                f"interleave {self.interleave} alternates the configs' repeats: set repeats "
+                f">= 2 (got {self.repeats})"
+            )
+        if self.interleave != "off" and self.open_loop:
+            raise ValueError(
+                f"interleave {self.interleave} pairs closed-loop levels only; drop "
+                "request_rates and rate_sweep, or set interleave: off"
             )
         if self.burstiness != 1.0 and self.arrival != "gamma":
             raise ValueError(f"burstiness applies to gamma arrivals only, not {self.arrival}")

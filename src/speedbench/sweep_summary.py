@@ -24,6 +24,7 @@ from speedbench.figures import (
     SpreadFigures,
     ViewFigures,
 )
+from speedbench.metrics.paired import drift, paired_ratios, paired_speedup, round_throughputs
 from speedbench.metrics.pareto import LoadPoint, pareto_front, speedup
 from speedbench.provenance import SweepProvenance
 from speedbench.results import (
@@ -163,9 +164,24 @@ class SummaryRow(Result):
     # More than one repeat: each headline figure's mean and Student-t interval over repeats.
     repeats: int = 1
     spread: dict[str, SpreadFigures] = Field(default_factory=dict)
+    # How the repeats were timed against the grid point's other configs (off: back to back;
+    # resident, relaunch: alternating rounds, speedbench.run.interleave).
+    interleave: str = "off"
+    # Repeat (round) index -> that repeat's output throughput (tok/s); empty with one repeat.
+    round_throughput_tok_s: dict[int, float] = Field(default_factory=dict)
+    # Range of the per-round throughput over its mean: the host's drift over the level's rounds.
+    drift: Figure = None
     # Every acceptance view of the level by name (docs/acceptance-views.md); empty without SD.
     views: dict[str, ViewSummary] = Field(default_factory=dict)
     speedup: Figure = None
+    # SD levels with rounds: the speedup paired round by round with the baseline's (geometric
+    # mean and t interval over rounds, speedbench.metrics.paired), each round's ratio, how
+    # the rounds were paired (interleaved: in one window; sequential: rounds of levels measured
+    # apart, so drift is not cancelled), and the baseline's drift over its rounds.
+    speedup_interval: SpreadFigures | None = None
+    speedup_rounds: list[float] = Field(default_factory=list)
+    speedup_pairing: Literal["interleaved", "sequential"] | None = None
+    baseline_drift: Figure = None
     # The no-SD baseline's median end-to-end latency over this level's, at the same load point.
     e2e_speedup: Figure = None
     # Greedy SD levels: outputs against the baseline's at the same split and batch size.
@@ -252,9 +268,12 @@ class SummaryRow(Result):
         if metrics.goodput is not None:
             row.goodput_rps = metrics.goodput.rate_rps
             row.goodput_fraction = metrics.goodput.fraction
+        row.interleave = metrics.config.interleave
         if metrics.repeats is not None:
             row.repeats = metrics.repeats.count
             row.spread = dict(metrics.repeats.spread)
+            row.round_throughput_tok_s = round_throughputs(metrics.repeats.per_repeat)
+            row.drift = drift(row.round_throughput_tok_s)
         row.views = view_summaries(
             o.views, {c: entry.views for c, entry in metrics.per_category.items()}
         )
@@ -372,8 +391,24 @@ def with_speedup(row: SummaryRow, rows: Sequence[SummaryRow]) -> SummaryRow:
     """
     key = speedup_key(row)
     base = next((r for r in rows if not r.is_speculative and speedup_key(r) == key), None)
-    update: dict[str, float | None] = {"speedup": None, "e2e_speedup": None}
+    update: dict[str, Any] = {
+        "speedup": None,
+        "e2e_speedup": None,
+        "speedup_interval": None,
+        "speedup_rounds": [],
+        "speedup_pairing": None,
+        "baseline_drift": None,
+    }
     if row.is_speculative and base is not None:
+        sd_rounds, base_rounds = row.round_throughput_tok_s, base.round_throughput_tok_s
+        if interval := paired_speedup(sd_rounds, base_rounds):
+            both = row.interleave != "off" and base.interleave != "off"
+            update.update(
+                speedup_interval=interval,
+                speedup_rounds=paired_ratios(sd_rounds, base_rounds),
+                speedup_pairing="interleaved" if both else "sequential",
+                baseline_drift=base.drift,
+            )
         if base.output_throughput_tok_s is not None and row.output_throughput_tok_s is not None:
             update["speedup"] = speedup(
                 {key: row.output_throughput_tok_s}, {key: base.output_throughput_tok_s}

@@ -78,6 +78,8 @@ class LoadSettings:
     warmup: bool = False
     # Measurements of the level (``repeat`` is the one being run).
     repeats: int = 1
+    # How the grid point's configs share time (speedbench.run.interleave): off, resident, relaunch.
+    interleave: str = "off"
     # Goodput's latency objectives by name (ttft_s, tpot_s, e2e_s); empty: no goodput.
     objectives: dict[str, float] = field(default_factory=dict)
 

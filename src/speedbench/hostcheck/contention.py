@@ -201,14 +201,18 @@ def compare(
     ours: Callable[[int], bool],
     threshold: float = DEFAULT_THRESHOLD,
     cores: frozenset[int] | None = None,
+    siblings: Callable[[int], bool] | None = None,
 ) -> HostFigures:
     """Who used the CPUs between two snapshots: this measurement's processes, or others.
 
     With ``cores`` (the engine's, when it is bound), others are the processes allowed on them,
-    and the machine is those cores.
+    and the machine is those cores. ``siblings`` owns the other engines of the same sweep kept
+    resident while this one is measured (an interleaved grid): their CPU time counts as
+    others' and is also given apart (``sibling_cpu_s``), but they are not named as foreign
+    engines.
     """
     others: dict[int, tuple[str, float]] = {}
-    ours_s = kernel_s = named_s = ended_s = 0.0
+    ours_s = kernel_s = named_s = ended_s = sibling_s = 0.0
     for pid, now in after.procs.items():
         then = before.procs.get(pid)
         same = then is not None and then.name == now.name
@@ -226,6 +230,8 @@ def compare(
         elif shares_cores(pid, cores):
             if used > 0:
                 others[pid] = (now.name, used)
+                if siblings is not None and siblings(pid):
+                    sibling_s += used
             ended_s += reaped
     competitors = sorted(
         (Competitor(name=name, pid=pid, cpu_s=cpu) for pid, (name, cpu) in others.items()),
@@ -248,7 +254,9 @@ def compare(
     machine = len(cores) if cores else len(os.sched_getaffinity(0))
     others_s = sum(c.cpu_s for c in competitors)
     others_fraction = others_s / (wall * machine) if wall > 0 else 0.0
-    engines = other_engines(after.procs, ours, cores)
+    engines = other_engines(
+        after.procs, ours if siblings is None else lambda p: ours(p) or siblings(p), cores
+    )
     flagged = others_fraction > threshold or bool(engines)
     return HostFigures(
         wall_s=wall,
@@ -262,6 +270,7 @@ def compare(
         # The ten that used the most: enough to name a culprit, short enough to store per level.
         competitors=competitors[:10],
         other_engines=engines,
+        sibling_cpu_s=sibling_s if siblings is not None else None,
         threshold=threshold,
         flagged=flagged,
         warning=(

@@ -95,7 +95,12 @@ def across_repeats(
         by_repeat.setdefault(r.repeat, []).append(r)
     if len(by_repeat) < 2:
         return None
-    per_repeat = [repeat_figures(by_repeat[i], k, objectives, eos_id) for i in sorted(by_repeat)]
+    # Each repeat's figures carry its index, so repeats of two levels pair by round
+    # (speedbench.metrics.paired) even where one level lost a repeat.
+    per_repeat = [
+        {"repeat": float(i), **repeat_figures(by_repeat[i], k, objectives, eos_id)}
+        for i in sorted(by_repeat)
+    ]
     spread = {
         name: t_interval([f[name] for f in per_repeat], confidence) for name in REPEAT_FIGURES
     }

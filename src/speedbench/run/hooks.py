@@ -12,13 +12,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from speedbench.config import EngineConfig, SpecConfig
-from speedbench.engines.launchers import OpenEngine
+from speedbench.engines.launchers import OpenEngine, engine_session
 from speedbench.engines.running import RunningEngine
+from speedbench.run.interleave import measure_interleaved
 from speedbench.run.level import LevelResult, load_level, measure_level
 from speedbench.sweep_summary import SummaryRow, load_key
 from speedbench.tokenize import PromptTokenizer
@@ -92,6 +94,35 @@ class SweepHooks:
     ) -> LevelResult:
         """Measure one level; its records are on disk as they arrive."""
         return measure_level(running, items, settings, tokenizer, directory)
+
+    def run_interleaved(
+        self,
+        specs: Mapping[str, SpecConfig],
+        items: Sequence[WorkItem],
+        settings: LoadSettings,
+        tokenizer: PromptTokenizer | None,
+        directories: Mapping[str, Path],
+        engines: Mapping[str, EngineConfig],
+        resident: Mapping[str, RunningEngine] | None,
+        log_paths: Mapping[str, Path],
+    ) -> dict[str, LevelResult]:
+        """Measure one grid point's configs in alternating rounds, by label.
+
+        ``resident``: their engines, up for the whole grid; None: each block launches its
+        config's engine (``engines[label]``, logging to ``log_paths[label]``).
+        """
+
+        def engine_for(label: str) -> AbstractContextManager[RunningEngine]:
+            return engine_session(engines[label], specs[label], log_paths[label])
+
+        def progress(rnd: int, label: str) -> None:
+            print(f"round {rnd + 1}/{settings.repeats}: {label} {settings.split} "
+                  f"bs{settings.batch_size}")  # fmt: skip
+
+        return measure_interleaved(
+            list(specs), items, settings, tokenizer, directories, engine_for, resident,
+            on_block=progress if settings.show_progress else None,
+        )  # fmt: skip
 
     def engine_version(self, handle: OpenEngine) -> str:
         """The started engine's version, recorded with the sweep's provenance."""
@@ -177,6 +208,8 @@ def level_identity(
             ident["warmup_requests"] = settings.warmup_requests
         if settings.repeats > 1:
             ident["repeats"] = settings.repeats
+        if settings.interleave != "off":  # its rounds pair with the other configs' in time
+            ident["interleave"] = settings.interleave
         if settings.objectives:  # the level's metrics hold its goodput under these
             ident["objectives"] = settings.objectives
         if not settings.ignore_eos:

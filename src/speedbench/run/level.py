@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -28,7 +29,7 @@ from speedbench.config import EngineConfig
 from speedbench.engines.base import EngineError
 from speedbench.engines.launchers import get_launcher
 from speedbench.engines.running import RunningEngine, log_tail
-from speedbench.figures import ClientFigures
+from speedbench.figures import ClientFigures, HostFigures
 from speedbench.hostcheck import contention
 from speedbench.hostcheck.cpu import format_cpu_list, keep_off
 from speedbench.metrics.goodput import LatencyObjectives
@@ -177,96 +178,204 @@ def measure_level(
     engine died during it; ``metrics.failed`` then says why (quoting the engine log), and the
     caller decides what a failed level means for the sweep.
     """
-    directory.mkdir(parents=True, exist_ok=True)
-    jsonl = directory / "records.jsonl"
-    jsonl.unlink(missing_ok=True)
-    if settings.strict_host:
-        refuse_busy_host(running, settings)
-    cache_mode = running.adapter.prefix_cache_mode(running.engine)
-    engine_cores = engine_cores_here(running.engine)
-    warm: list[RequestRecord] = []
-    runs: list[LoadResult] = []
-    with keep_off(engine_cores) as client_cores, RecordSink(jsonl) as sink:
+    level = LevelRun(running, items, settings, tokenizer, directory)
+    try:
+        for repeat in range(settings.repeats):
+            if not level.measure_repeat(repeat):
+                break
+    except BaseException:
+        level.abandon()
+        raise
+    return level.finish()
+
+
+class LevelRun:
+    """One level measured a repeat at a time, so other levels' repeats can run in between.
+
+    :func:`measure_level` runs the repeats back to back; the interleaved grid
+    (:mod:`speedbench.run.interleave`) alternates the repeats of a grid point's configs, each on
+    its own resident engine, so drift of the host lands on the baseline and the SD levels
+    alike. Records are written as they arrive; :meth:`finish` writes the level's Parquet and
+    metrics. The host's contention is measured over the level's own repeats only (the worst
+    repeat is kept), not over the other levels' turns in between; ``siblings`` are the other
+    resident engines of the same sweep, whose CPU time counts as others' (an idle engine that
+    spins would slow this one) but which are not reported as foreign engines.
+    """
+
+    def __init__(
+        self,
+        running: RunningEngine,
+        items: Sequence[WorkItem],
+        settings: LoadSettings,
+        tokenizer: PromptTokenizer | None,
+        directory: Path,
+        siblings: Sequence[RunningEngine] = (),
+    ):
+        self.running, self.items, self.settings = running, items, settings
+        self.tokenizer, self.directory, self.siblings = tokenizer, directory, siblings
+        directory.mkdir(parents=True, exist_ok=True)
+        jsonl = directory / "records.jsonl"
+        jsonl.unlink(missing_ok=True)
+        if settings.strict_host:
+            refuse_busy_host(running, settings)
+        self.cache_mode = running.adapter.prefix_cache_mode(running.engine)
+        self.engine_cores = engine_cores_here(running.engine)
+        allowed = frozenset(os.sched_getaffinity(0))
+        self.client_cores = (allowed - self.engine_cores) or allowed  # as keep_off moves it
+        self.runs: list[LoadResult] = []
+        self.hosts: list[HostFigures] = []
+        self.warm: list[RequestRecord] = []
+        # Why the engine failed, judged when it did (relaunch: it is gone by the finish).
+        self.failure: str | None = None
+        self._sink = RecordSink(jsonl)
         if settings.warmup_requests:
-            warm = warm_up(running, items, settings, tokenizer, sink.write, directory)
-        before = contention.snapshot()
-        for repeat in range(settings.repeats if not warm_failed(warm) else 0):
-            if cache_mode == "reset":
+            with keep_off(self.engine_cores):
+                write = self._sink.write
+                self.warm = warm_up(running, items, settings, tokenizer, write, directory)
+
+    @property
+    def stopped(self) -> str | None:
+        """Why no more repeats are measured (the warm-up or a repeat lost the engine)."""
+        if failed := warm_failed(self.warm):
+            return failed
+        return next((r.aborted for r in self.runs if r.aborted), None)
+
+    def measure_repeat(self, repeat: int) -> bool:
+        """Measure repeat ``repeat``; False when the level stops (its engine is gone)."""
+        if self.stopped:
+            return False
+        running, settings = self.running, self.settings
+        with keep_off(self.engine_cores) as self.client_cores:
+            if self.cache_mode == "reset":
                 reset_cache(running, settings)
-            runs.append(
+            before = contention.snapshot()
+            self.runs.append(
                 run_load(
                     running.engine,
                     running.spec,
                     running.adapter,
-                    repeat_order(items, settings.seed, repeat),
+                    repeat_order(self.items, settings.seed, repeat),
                     dataclasses.replace(settings, repeat=repeat),
-                    tokenizer,
-                    sink.write,
-                    parts_dir=directory / "parts" / f"r{repeat}",
+                    self.tokenizer,
+                    self._sink.write,
+                    parts_dir=self.directory / "parts" / f"r{repeat}",
                 )
             )
-            if runs[-1].aborted:
-                break
-        after = contention.snapshot()
-    result = merge_runs(runs) if runs else LoadResult([], None, 0.0, {"aborted": warm_failed(warm)})
-    host = contention.compare(
-        before, after, engine_ownership(running, {**before.procs, **after.procs}),
-        settings.contention_threshold, engine_cores,
-    )  # fmt: skip
-    write_parquet([*warm, *result.records], directory / "records.parquet")
-    objectives = LatencyObjectives(**settings.objectives) if settings.objectives else None
-    # SPEED-Bench cuts its tokenizer's EOS from a turn's last step when the run stops at EOS.
-    eos_id = None if settings.ignore_eos or tokenizer is None else tokenizer.tok.eos_token_id
-    summary = summarize_level(
-        result.records,
-        result.counters,
-        running.spec.num_speculative_tokens,
-        server_al=result.extras.get("server_al"),
-        objectives=objectives,
-        eos_id=eos_id,
-    )
-    measured_level = LevelMetrics(
-        **dict(summary),
-        client=result.extras.get("client"),
-        prefix_cache=PrefixCacheFigures(
-            mode=cache_mode, **(result.extras.get("prefix_cache") or {})
-        ),
-        host=host.model_copy(
-            update={
-                "engine_cpus": format_cpu_list(engine_cores) if engine_cores else None,
-                "client_cpus": format_cpu_list(client_cores),
-            }
-        ),
-        failed=engine_failure(running, settings, result.aborted) or None,
-        config=LevelConfig(
-            engine=redacted_engine(running.engine),
-            spec=running.spec,
-            drafting_shape=running.adapter.drafting_shape(running.spec),
-            eos_token_id=eos_id,
-            questions=len(items),
-            questions_on_fewer_turns=sum(item.on_fewer_turns for item in items),
-            batch_size=settings.batch_size,
-            max_tokens=settings.max_tokens,
-            temperature=settings.temperature,
+            after = contention.snapshot()
+        procs = {**before.procs, **after.procs}
+        ours = engine_ownership(running, procs)
+        siblings = [engine_ownership(s, procs) for s in self.siblings]
+        host = contention.compare(
+            before, after, ours, settings.contention_threshold, self.engine_cores,
+            siblings=lambda pid: any(sib(pid) for sib in siblings),
+        )  # fmt: skip
+        self.hosts.append(host)
+        return not self.runs[-1].aborted
+
+    def failure_now(self) -> str | None:
+        """Why the level's engine failed, judged now (None: it did not)."""
+        return engine_failure(self.running, self.settings, self.stopped) or None
+
+    def finish(self, check_engine: bool = True) -> LevelResult:
+        """Write the level's records and metrics; its result.
+
+        ``check_engine`` judges the engine's health now; an engine launched for one block
+        (``relaunch``) is stopped by then, and :attr:`failure` holds what was judged in time.
+        """
+        running, settings, directory = self.running, self.settings, self.directory
+        self._sink.close()
+        runs = self.runs
+        aborted = {"aborted": warm_failed(self.warm)}
+        result = merge_runs(runs) if runs else LoadResult([], None, 0.0, aborted)
+        write_parquet([*self.warm, *result.records], directory / "records.parquet")
+        objectives = LatencyObjectives(**settings.objectives) if settings.objectives else None
+        # SPEED-Bench cuts its tokenizer's EOS from a turn's last step when the run stops at EOS.
+        tokenizer = self.tokenizer
+        eos_id = None if settings.ignore_eos or tokenizer is None else tokenizer.tok.eos_token_id
+        summary = summarize_level(
+            result.records,
+            result.counters,
+            running.spec.num_speculative_tokens,
+            server_al=result.extras.get("server_al"),
+            objectives=objectives,
+            eos_id=eos_id,
+        )
+        host = worst_host(self.hosts, settings.contention_threshold)
+        measured_level = LevelMetrics(
+            **dict(summary),
+            client=result.extras.get("client"),
+            prefix_cache=PrefixCacheFigures(
+                mode=self.cache_mode, **(result.extras.get("prefix_cache") or {})
+            ),
+            host=host.model_copy(
+                update={
+                    "engine_cpus": format_cpu_list(self.engine_cores)
+                    if self.engine_cores
+                    else None,
+                    "client_cpus": format_cpu_list(self.client_cores),
+                }
+            ),
+            failed=(
+                engine_failure(running, settings, result.aborted) or None
+                if check_engine
+                else self.failure
+            ),
+            config=LevelConfig(
+                engine=redacted_engine(running.engine),
+                spec=running.spec,
+                drafting_shape=running.adapter.drafting_shape(running.spec),
+                eos_token_id=eos_id,
+                questions=len(self.items),
+                questions_on_fewer_turns=sum(item.on_fewer_turns for item in self.items),
+                batch_size=settings.batch_size,
+                max_tokens=settings.max_tokens,
+                temperature=settings.temperature,
+                split=settings.split,
+                **load_shape(settings),
+            ),
+        )
+        # Undefined figures are None from here on, as they read back from metrics.json.
+        metrics = LevelMetrics.model_validate(finite(measured_level.model_dump()))
+        write_json(directory / "metrics.json", metrics.model_dump(mode="json"))
+        where = f"{running.spec.label} {settings.split} {level_load(settings)}"
+        if host.flagged:
+            log.warning("%s: %s", where, host.warning)
+        if warning := metrics.client and metrics.client.warning:
+            log.warning("%s: %s", where, warning)
+        return LevelResult(
+            running.spec.label,
+            settings.batch_size,
+            metrics,
+            directory,
             split=settings.split,
-            **load_shape(settings),
-        ),
-    )
-    # Undefined figures are None from here on, as they read back from metrics.json.
-    metrics = LevelMetrics.model_validate(finite(measured_level.model_dump()))
-    write_json(directory / "metrics.json", metrics.model_dump(mode="json"))
-    where = f"{running.spec.label} {settings.split} {level_load(settings)}"
-    if host.flagged:
-        log.warning("%s: %s", where, host.warning)
-    if warning := metrics.client and metrics.client.warning:
-        log.warning("%s: %s", where, warning)
-    return LevelResult(
-        running.spec.label,
-        settings.batch_size,
-        metrics,
-        directory,
-        split=settings.split,
-        request_rate=settings.request_rate,
+            request_rate=settings.request_rate,
+        )
+
+    def abandon(self) -> None:
+        """Close the records file of a level that will not be finished (its sweep stopped)."""
+        self._sink.close()
+
+
+def worst_host(hosts: Sequence[HostFigures], threshold: float) -> HostFigures:
+    """The level's host figures: its most contended repeat (a quiet host when none ran)."""
+    if not hosts:
+        return HostFigures(
+            wall_s=0.0, cores=len(os.sched_getaffinity(0)), others_cpu_s=0.0,
+            others_fraction=0.0, ours_cpu_s=0.0, host_busy_s=0.0, load_1m=None,
+            threshold=threshold, flagged=False,
+        )  # fmt: skip
+    if len(hosts) == 1:
+        return hosts[0]
+    worst = max(hosts, key=lambda h: (h.flagged, h.others_fraction))
+    siblings = [h.sibling_cpu_s for h in hosts if h.sibling_cpu_s is not None]
+    return worst.model_copy(
+        update={
+            "wall_s": sum(h.wall_s for h in hosts),
+            "ours_cpu_s": sum(h.ours_cpu_s for h in hosts),
+            "host_busy_s": sum(h.host_busy_s for h in hosts),
+            "kernel_cpu_s": sum(h.kernel_cpu_s for h in hosts),
+            "sibling_cpu_s": sum(siblings) if siblings else None,
+        }
     )
 
 
@@ -294,6 +403,8 @@ def load_shape(settings: LoadSettings) -> dict[str, Any]:
         "warmup_requests": settings.warmup_requests,
         "repeats": settings.repeats,
     }
+    if settings.interleave != "off":
+        shape["interleave"] = settings.interleave
     if settings.open_loop:
         shape.update(
             request_rate=settings.request_rate,

@@ -253,8 +253,20 @@ def load_settings(sweep: SweepConfig) -> LoadSettings:
         max_concurrency=sweep.load.max_concurrency,
         warmup_requests=sweep.load.warmup_requests,
         repeats=sweep.load.repeats,
+        interleave=sweep.load.interleave,
         objectives=sweep.load.objectives,
     )
+
+
+def single_pass(sweep: SweepConfig) -> SweepConfig:
+    """The form with one pass per level and no interleaving.
+
+    For the levels that time one config on its own (the oracle's baseline, the draft alone,
+    the recommended k's): their figures are not ratios of two configs in one window, so
+    rounds would only multiply their cost.
+    """
+    load = sweep.load.model_copy(update={"repeats": 1, "interleave": "off"})
+    return sweep.model_copy(update={"load": load})
 
 
 def per_config_forms(config: SweepConfig) -> list[tuple[str, SweepConfig]]:

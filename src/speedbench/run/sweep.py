@@ -64,6 +64,7 @@ from speedbench.run.hooks import (
     level_identity,
     stamp_identity,
 )
+from speedbench.run.interleave import resident_engine
 from speedbench.run.level import LevelResult, validate_items
 from speedbench.run.plan import (
     check_concurrency,
@@ -73,6 +74,7 @@ from speedbench.run.plan import (
     first_per_category,
     load_settings,
     sampling_caveats,
+    single_pass,
     sweep_prompts,
 )
 from speedbench.sweep_config import SweepConfig
@@ -173,6 +175,7 @@ def measure_best_k(
     model = read_speedup_model(out)
     if model is None:
         return summary
+    config = single_pass(config)
 
     def measure(spec: SpecConfig, split: str, sizes: Sequence[int]) -> SweepSummary:
         return form_grid(
@@ -216,6 +219,7 @@ def oracle_baselines(
     if not config.oracle_per_category:
         rows = [r for r in summary.levels if not r.is_speculative and not r.open_loop]
         return summary, [(r, out / r.config / r.split / r.load) for r in rows]
+    config = single_pass(config)
     size = config.oracle_batch_size or max(config.load.batch_sizes, default=1)
     count = config.oracle_per_category
     root = out / ORACLE_DIR / "baseline"
@@ -257,6 +261,7 @@ def with_draft_cost(
     summary's ``draft_alone`` rows, apart from the target's, so no table mixes the two models.
     """
     alone = engine.model_copy(update={"model": draft})
+    config = single_pass(config)
 
     def identity(spec: SpecConfig, split: str, bs: int, rate: float | None) -> dict[str, Any]:
         ident = config_identity(config, alone, spec, split, bs, rate)
@@ -405,6 +410,17 @@ def run_grid(
             points += [point(spec, split, cap, rate) for rate in rates]
         return points
 
+    if base.interleave != "off" and len(ordered) > 1 and not ordered[0].is_speculative:
+        try:
+            _interleaved_grid(
+                engine, ordered, items, batch_sizes, point, base, tokenizer, hooks, rows,
+                failures, out, provenance, baselines,
+            )  # fmt: skip
+        except KeyboardInterrupt:
+            _finish(rows, failures, out, "killed", provenance)
+            raise
+        status = "failed" if failures else "finished"
+        return _finish(rows, failures, out, status, provenance, plots=True)
     try:
         for spec in ordered:
             closed = [point(spec, split, bs) for split in items for bs in batch_sizes]
@@ -525,6 +541,105 @@ def _measure_config(
             # Directly, not through a hook: this also runs while a Ctrl-C unwinds.
             handle.close()
     return None
+
+
+def _interleaved_grid(
+    engine: EngineConfig,
+    specs: Sequence[SpecConfig],
+    items: Mapping[str, Sequence[WorkItem]],
+    batch_sizes: Sequence[int],
+    point: Callable[[SpecConfig, str, int], GridPoint],
+    settings: LoadSettings,
+    tokenizer: PromptTokenizer | None,
+    hooks: SweepHooks,
+    rows: list[SummaryRow],
+    failures: list[ConfigFailure],
+    out: Path,
+    provenance: SweepProvenance,
+    baselines: Sequence[SummaryRow],
+) -> None:
+    """Every grid point's configs in alternating rounds (:mod:`speedbench.run.interleave`).
+
+    ``resident``: every config's engine is launched once, up front, on its own port, and kept
+    up for the whole grid; ``relaunch``: each block launches its config's engine. A config
+    whose engine fails to start or dies is a :class:`ConfigFailure`, its levels not measured
+    are reported to ``level_failed``, and the other configs go on. A grid point is resumed only
+    when every config's level there is on disk.
+    """
+    resident_mode = settings.interleave == "resident"
+    if engine.launcher == "external":
+        raise EngineError(
+            f"interleave {settings.interleave} launches one engine per SD config; an external "
+            "server is one config's: set interleave: off"
+        )
+    engines = {s.label: resident_engine(engine, i, len(specs)) for i, s in enumerate(specs)}
+    by_label = {s.label: s for s in specs}
+    log_path = {s.label: out / s.label / "engine.log" for s in specs}
+    handles: dict[str, OpenEngine] = {}
+    alive = [s.label for s in specs]
+
+    def fail(label: str, error: str, points: Sequence[GridPoint]) -> None:
+        log.error("config %s failed: %s", label, error)
+        print(f"config {label} failed: {error}")
+        for p in points:
+            hooks.level_failed(p, error, log_path[label])
+        failures.append(ConfigFailure(config=label, error=error))
+        alive.remove(label)
+
+    grid = [(split, bs) for split in items for bs in batch_sizes]
+
+    def pending(label: str, start: int) -> list[GridPoint]:
+        return [point(by_label[label], split, bs) for split, bs in grid[start:]]
+
+    try:
+        for index, (split, bs) in enumerate(grid):
+            points = {s.label: point(s, split, bs) for s in specs if s.label in alive}
+            kept = {label: hooks.resumed(p) for label, p in points.items()}
+            if all(level is not None for level in kept.values()):
+                for label, level in kept.items():
+                    assert level is not None
+                    rows.append(_row(by_label[label], points[label], level, settings, out))
+                continue
+            if resident_mode:
+                for label in [lb for lb in points if lb not in handles]:
+                    try:
+                        handles[label] = hooks.start_engine(
+                            engines[label], by_label[label], log_path[label]
+                        )
+                        provenance.engine_versions[label] = hooks.engine_version(handles[label])
+                    except EngineError as exc:
+                        fail(label, str(exc), pending(label, index))
+                        del points[label]
+            if "none" not in points or len(points) < 2:
+                for label in list(points):
+                    fail(label, "no pair to interleave with: the baseline or every SD config "
+                         "failed", pending(label, index))  # fmt: skip
+                return
+            for p in points.values():
+                stamp_identity(p)
+            levels = hooks.run_interleaved(
+                {label: p.spec for label, p in points.items()},
+                first_per_category(items[split], next(iter(points.values())).per_category),
+                dataclasses.replace(settings, batch_size=max(bs, 1), split=split),
+                tokenizer,
+                {label: p.directory for label, p in points.items()},
+                {label: engines[label] for label in points},
+                {label: handles[label].running for label in points} if resident_mode else None,
+                {label: log_path[label] for label in points},
+            )
+            for label in [s.label for s in specs if s.label in levels]:
+                level, p = levels[label], points[label]
+                row = _row(by_label[label], p, level, settings, out)
+                if not level.failed:
+                    rows.append(row)
+                hooks.level_done(p, level, with_speedup(row, [*baselines, *rows]))
+                if level.failed:
+                    fail(label, level.failed, pending(label, index + 1))
+                    if label in handles:
+                        handles.pop(label).close()
+    finally:
+        for handle in handles.values():
+            handle.close()
 
 
 def _measure_point(

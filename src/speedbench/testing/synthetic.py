@@ -80,6 +80,11 @@ class SyntheticOptions:
         completions: Dialect of ``/v1/completions``: ``vllm`` or ``trtllm``.
         iter_stats_max_iterations: The trtllm dialect's bound on kept iteration statistics
             (trtllm-serve's default is 1,000).
+        slow_from_s: A host slowdown, injected: from this CLOCK_MONOTONIC time on (the clock
+            of ``time.monotonic``, shared by every process of the host), chunk gaps are
+            ``slow_factor`` times longer (None: never). Servers given the same time slow
+            together, as engines on one drifting host do.
+        slow_factor: How much longer a chunk gap is once slowed (1.25: 20 % slower).
     """
 
     ttft_s: float = 0.0
@@ -93,6 +98,14 @@ class SyntheticOptions:
     seed: int = 0
     completions: str = "vllm"
     iter_stats_max_iterations: int = 1000
+    slow_from_s: float | None = None
+    slow_factor: float = 1.0
+
+    def gap_s(self) -> float:
+        """The gap between two chunks of a stream now (the injected slowdown applied)."""
+        if self.slow_from_s is not None and time.monotonic() >= self.slow_from_s:
+            return self.interval_s * self.slow_factor
+        return self.interval_s
 
     def __post_init__(self) -> None:
         if self.completions not in COMPLETION_DIALECTS:
@@ -346,7 +359,7 @@ class _Connection(asyncio.Protocol):
             )
             self.stats.chunks += 1
             if opts.interval_s:
-                next_at += opts.interval_s
+                next_at += opts.gap_s()
                 await asyncio.sleep(max(0.0, next_at - loop.time()))
             else:
                 await asyncio.sleep(0)  # let other streams interleave
@@ -528,7 +541,10 @@ def to_args(options: SyntheticOptions) -> list[str]:
         f"--seed={options.seed}",
         f"--completions={options.completions}",
         f"--iter-stats-max-iterations={options.iter_stats_max_iterations}",
+        f"--slow-factor={options.slow_factor}",
     ]
+    if options.slow_from_s is not None:
+        args.append(f"--slow-from-s={options.slow_from_s!r}")
     return args + [f"--fault={tok}={fault}" for tok, fault in options.faults.items()]
 
 
@@ -548,6 +564,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[SyntheticOptions, str, in
     p.add_argument("--fault", action="append", default=[], metavar="TOKEN=KIND")
     p.add_argument("--completions", choices=COMPLETION_DIALECTS, default="vllm")
     p.add_argument("--iter-stats-max-iterations", type=int, default=1000)
+    p.add_argument("--slow-from-s", type=float, default=None)
+    p.add_argument("--slow-factor", type=float, default=1.0)
     a = p.parse_args(argv)
     faults = {}
     for item in a.fault:
@@ -555,7 +573,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[SyntheticOptions, str, in
         faults[int(token)] = kind
     options = SyntheticOptions(
         a.ttft_s, a.interval_s, a.k, a.accept_p, a.vocab_size, faults, a.fault_repeats,
-        a.stall_s, a.seed, a.completions, a.iter_stats_max_iterations,
+        a.stall_s, a.seed, a.completions, a.iter_stats_max_iterations, a.slow_from_s,
+        a.slow_factor,
     )  # fmt: skip
     return options, a.host, a.port
 

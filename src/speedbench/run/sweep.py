@@ -64,7 +64,7 @@ from speedbench.run.hooks import (
     level_identity,
     stamp_identity,
 )
-from speedbench.run.interleave import resident_engine
+from speedbench.run.interleave import check_resident_fits, resident_engine
 from speedbench.run.level import LevelResult, validate_items
 from speedbench.run.plan import (
     check_concurrency,
@@ -574,6 +574,8 @@ def _interleaved_grid(
         )
     engines = {s.label: resident_engine(engine, i, len(specs)) for i, s in enumerate(specs)}
     by_label = {s.label: s for s in specs}
+    if resident_mode:
+        check_resident_fits(engines, by_label)
     log_path = {s.label: out / s.label / "engine.log" for s in specs}
     handles: dict[str, OpenEngine] = {}
     alive = [s.label for s in specs]

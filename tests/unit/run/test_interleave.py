@@ -1,0 +1,131 @@
+"""The interleaved grid's pure parts: round orders, paired speedups, drift, resident engines."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from pydantic import ValidationError
+
+from speedbench.config import EngineConfig, SpecConfig
+from speedbench.engines.base import EngineError
+from speedbench.metrics.paired import drift, paired_ratios, paired_speedup, round_throughputs
+from speedbench.run import interleave
+from speedbench.run.interleave import check_resident_fits, resident_engine, round_orders
+from speedbench.run.sweep import run_grid
+from speedbench.sweep_config import LoadSection
+from speedbench.sweep_summary import SummaryRow, with_speedup
+from speedbench.workload import LoadSettings, WorkItem
+
+LABELS = ["none", "draft_model-k3", "ngram-k3"]
+
+
+def test_each_round_is_a_seeded_permutation_of_the_configs():
+    orders = round_orders(LABELS, 3, seed=0)
+    assert orders == [
+        ["draft_model-k3", "none", "ngram-k3"],
+        ["none", "ngram-k3", "draft_model-k3"],
+        ["draft_model-k3", "ngram-k3", "none"],
+    ]
+    assert round_orders(LABELS, 3, seed=0) == orders  # the same seed, the same orders
+    assert round_orders(LABELS, 3, seed=1) != orders
+    assert all(sorted(o) == sorted(LABELS) for o in round_orders(LABELS, 50, seed=7))
+
+
+def test_a_paired_speedup_is_the_geometric_mean_of_the_rounds_ratios_with_a_t_interval():
+    sd, base = {0: 2.0, 1: 4.5, 2: 3.0}, {0: 1.0, 1: 3.0, 2: 2.0}
+    assert paired_ratios(sd, base) == [2.0, 1.5, 1.5]
+    got = paired_speedup(sd, base)
+    assert got is not None and got.count == 3
+    assert got.mean == pytest.approx(4.5 ** (1 / 3))
+    # t(0.975, 2) = 4.3027 over the logs' standard error, exponentiated.
+    logs = [math.log(2.0), math.log(1.5), math.log(1.5)]
+    mean = sum(logs) / 3
+    se = math.sqrt(sum((x - mean) ** 2 for x in logs) / 2 / 3)
+    assert got.low == pytest.approx(math.exp(mean - 4.302653 * se), rel=1e-5)
+    assert got.high == pytest.approx(math.exp(mean + 4.302653 * se), rel=1e-5)
+    assert (got.low, got.high) == pytest.approx((1.0928188, 2.4941745), rel=1e-6)
+
+
+def test_rounds_pair_by_repeat_index_and_one_round_has_no_interval():
+    # The SD level lost its round 1: rounds 0 and 2 pair, not positions 0 and 1.
+    sd = round_throughputs([{"repeat": 0.0, "output_throughput_tok_s": 3.0},
+                            {"repeat": 2.0, "output_throughput_tok_s": 6.0}])  # fmt: skip
+    assert sd == {0: 3.0, 2: 6.0}
+    assert paired_ratios(sd, {0: 2.0, 1: 9.0, 2: 4.0}) == [1.5, 1.5]
+    assert paired_speedup({0: 3.0}, {0: 2.0}) is None
+    assert drift({0: 10.0, 1: 12.0, 2: 11.0}) == pytest.approx(2 / 11)
+    assert drift({0: 10.0}) is None
+
+
+def _row(label: str, rounds: dict[int, float], interleave: str = "resident") -> SummaryRow:
+    total = sum(rounds.values()) / len(rounds)
+    return SummaryRow(
+        config=label, split="s", batch_size=1, output_throughput_tok_s=total,
+        per_user_tok_s=total, error_rate=0.0, ttft_p50_s=0.1, tpot_p50_s=0.1,
+        interleave=interleave, round_throughput_tok_s=rounds, drift=drift(rounds),
+    )  # fmt: skip
+
+
+def test_the_summary_names_how_the_rounds_were_paired():
+    base = _row("none", {0: 10.0, 1: 8.0})
+    sd = with_speedup(_row("ngram-k3", {0: 12.0, 1: 9.6}), [base])
+    assert sd.speedup_rounds == pytest.approx([1.2, 1.2])
+    assert sd.speedup_interval is not None
+    assert (sd.speedup_interval.low, sd.speedup_interval.high) == pytest.approx((1.2, 1.2))
+    assert sd.speedup_pairing == "interleaved"
+    assert sd.baseline_drift == pytest.approx(2 / 9)
+    apart = with_speedup(_row("ngram-k3", {0: 12.0, 1: 9.6}, "off"), [base])
+    assert apart.speedup_pairing == "sequential"
+
+
+def test_resident_engines_get_their_own_port_and_a_share_of_the_cpu_kv_budget(monkeypatch):
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    engine = EngineConfig(model="m", port=8000, env={"VLLM_CPU_KVCACHE_SPACE": "4"})
+    third = resident_engine(engine, 2, 3)
+    assert third.port == 8002 and third.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert resident_engine(engine, 1, 2).env["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "3")  # the host sets it: kept as it is
+    assert resident_engine(engine, 1, 3).env["VLLM_CPU_KVCACHE_SPACE"] == "4"
+
+
+def test_resident_engines_that_do_not_fit_the_host_are_refused_before_a_launch(
+    tmp_path, monkeypatch
+):
+    target, draft = tmp_path / "target", tmp_path / "draft"
+    for folder, size in ((target, 3 * 1024**3), (draft, 1024**3)):
+        folder.mkdir()
+        with (folder / "model.safetensors").open("wb") as f:
+            f.truncate(size)  # sparse: the size is what counts
+    engine = EngineConfig(model=str(target), env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+    specs = {
+        "none": SpecConfig(),
+        "draft_model-k3": SpecConfig(
+            method="draft_model", num_speculative_tokens=3, draft_model=str(draft)
+        ),
+    }
+    engines = {label: engine for label in specs}
+    monkeypatch.setattr(interleave, "available_gib", lambda: 12.0)
+    check_resident_fits(engines, specs)  # 5 + 6 GiB
+    monkeypatch.setattr(interleave, "available_gib", lambda: 10.0)
+    with pytest.raises(EngineError, match=r"about 11\.0 GiB .* has 10\.0 GiB available"):
+        check_resident_fits(engines, specs)
+
+
+def test_interleaving_needs_rounds_and_closed_loop_levels_and_reads_yaml_off():
+    with pytest.raises(ValidationError, match="set repeats >= 2"):
+        LoadSection(interleave="resident")
+    with pytest.raises(ValidationError, match="pairs closed-loop levels only"):
+        LoadSection(interleave="resident", repeats=3, request_rates=[1.0])
+    assert LoadSection(interleave=False).interleave == "off"  # YAML's bare `off`
+    with pytest.raises(ValidationError, match="interleave"):
+        LoadSection(interleave="sometimes", repeats=2)
+
+
+def test_an_external_server_cannot_be_interleaved(tmp_path):
+    engine = EngineConfig(model="m", launcher="external")
+    items = {"s": [WorkItem("p0", "qa", (), prompt_ids=(1, 2))]}
+    settings = LoadSettings(show_progress=False, repeats=2, interleave="resident")
+    ngram = SpecConfig(method="ngram", num_speculative_tokens=3)
+    with pytest.raises(EngineError, match="an external server is one config's"):
+        run_grid(engine, [SpecConfig(), ngram], items, [1], tmp_path, settings=settings)

@@ -108,12 +108,14 @@ def _verify_reference(args: argparse.Namespace) -> None:
     from speedbench.pipeline.verify import EXACT, NOT_COMPARABLE, check_reference
 
     check = check_reference(Path(args.reference), Path(args.results))
-    for line in check.speedups:
-        print(line)
     for v in check.verdicts:
         if v.verdict != EXACT:
             print(v.line())
+    # Speedups are timings: judged and printed beside acceptance, never deciding the exit code.
+    for s in check.speedups:
+        print(s.line())
     print(check.line)
+    print(check.speedup_line)
     if check.verdict == EXACT:
         print(f"acceptance matches the reference exactly ({', '.join(check.stages)})")
     if check.verdict == NOT_COMPARABLE:

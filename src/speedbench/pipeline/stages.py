@@ -88,18 +88,35 @@ def acceptance_metrics(summary: SweepSummary) -> dict[str, Any]:
 
 
 def throughput_metrics(summary: SweepSummary) -> dict[str, Any]:
-    """Per config, split and load point: output throughput, per-user speed and speedup."""
-    return {
-        f"{r.config}/{r.split}/{r.load}": _round(
-            {
-                "output_tok_s": r.output_throughput_tok_s,
-                "per_user_tok_s": r.per_user_tok_s,
-                "speedup": r.speedup,
-                "error_rate": r.error_rate,
-            }
-        )
-        for r in summary.levels
+    """Per config, split and load point: output throughput, per-user speed and speedup.
+
+    A level measured in rounds (``repeats`` >= 2) also carries its drift over the rounds; an SD
+    level's speedup then carries the paired interval (``speedup_low``, ``speedup_high``, the
+    rounds' geometric mean ``speedup_paired``), how it was paired and the baseline's drift, the
+    figures verify-reference judges a speedup by (:mod:`speedbench.pipeline.verify_speedup`).
+    """
+    return {f"{r.config}/{r.split}/{r.load}": _throughput_entry(r) for r in summary.levels}
+
+
+def _throughput_entry(row: SummaryRow) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "output_tok_s": row.output_throughput_tok_s,
+        "per_user_tok_s": row.per_user_tok_s,
+        "speedup": row.speedup,
+        "error_rate": row.error_rate,
     }
+    if row.drift is not None:
+        entry["drift"] = row.drift
+    if (interval := row.speedup_interval) is not None:
+        entry |= {
+            "speedup_paired": interval.mean,
+            "speedup_low": interval.low,
+            "speedup_high": interval.high,
+            "speedup_rounds": interval.count,
+            "speedup_pairing": row.speedup_pairing,
+            "baseline_drift": row.baseline_drift,
+        }
+    return _round(entry)
 
 
 def oracle_views(figures: OracleK) -> dict[str, dict[str, Any]]:

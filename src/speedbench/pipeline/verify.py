@@ -39,9 +39,16 @@ from speedbench.metrics.bootstrap import bootstrap_ci
 from speedbench.pipeline.stages import (
     ACCEPTANCE_FILE,
     PROVENANCE_FILE,
+    SPEEDUP_FILE,
     THROUGHPUT_FILE,
     stage_levels,
     upgrade,
+)
+from speedbench.pipeline.verify_speedup import (
+    SpeedupVerdict,
+    same_host,
+    speedup_tally,
+    verify_speedups,
 )
 from speedbench.provenance import SweepProvenance
 
@@ -276,7 +283,8 @@ class ReferenceCheck:
     verdicts: list[FigureVerdict]
     verdict: str
     line: str
-    speedups: list[str] = field(default_factory=list)
+    speedups: list[SpeedupVerdict] = field(default_factory=list)
+    speedup_line: str = ""
 
 
 def check_reference(reference: Path, results: Path) -> ReferenceCheck:
@@ -293,26 +301,29 @@ def check_reference(reference: Path, results: Path) -> ReferenceCheck:
         return json.loads(path.read_text()) if path.exists() else {}
 
     verdicts: list[FigureVerdict] = []
-    speedups = []
+    speedups: list[SpeedupVerdict] = []
     for stage in stages:
         fresh = results / stage / ACCEPTANCE_FILE
         if not fresh.exists():
             raise ConfigError(f"{fresh} is missing; run the pipeline first")
-        verdicts += verify(
-            read(reference / stage / ACCEPTANCE_FILE),
-            read(fresh),
-            SweepProvenance.read(reference / stage / PROVENANCE_FILE),
-            SweepProvenance.read(results / stage / PROVENANCE_FILE),
+        ref_prov, new_prov = (
+            SweepProvenance.read(folder / stage / PROVENANCE_FILE)
+            for folder in (reference, results)
         )
-        a, b = (
+        verdicts += verify(
+            read(reference / stage / ACCEPTANCE_FILE), read(fresh), ref_prov, new_prov
+        )
+        ref_thr, new_thr = (
             stage_levels(read(folder / stage / THROUGHPUT_FILE)) for folder in (reference, results)
         )
-        for key in sorted(set(a) & set(b)):
-            sa, sb = a[key].get("speedup"), b[key].get("speedup")
-            if sa and sb:
-                speedups.append(
-                    f"{stage} {key}: speedup reference {sa:.2f}, now {sb:.2f} (hardware-bound)"
-                )
+        speedups += verify_speedups(
+            stage,
+            ref_thr,
+            new_thr,
+            read(reference / stage / SPEEDUP_FILE),
+            read(results / stage / SPEEDUP_FILE),
+            same_host(ref_prov, new_prov),
+        )
     kinds = (EXACT, REPRODUCED, NOT_REPRODUCED, UNTESTABLE, NOT_COMPARABLE)
     counts = {kind: sum(v.verdict == kind for v in verdicts) for kind in kinds}
     counts = {
@@ -323,4 +334,4 @@ def check_reference(reference: Path, results: Path) -> ReferenceCheck:
     line = (
         f"verdict: {verdict.replace('_', ' ')} against {reference} ({', '.join(stages)}: {tally})"
     )
-    return ReferenceCheck(stages, verdicts, verdict, line, speedups)
+    return ReferenceCheck(stages, verdicts, verdict, line, speedups, speedup_tally(speedups))

@@ -5,7 +5,8 @@ category, conditional AR per position) from a fresh pipeline run equals results/
 exactly on a CPU of the reference's kernel family. On another family float32 kernels sum in
 another order, so only the statistical verdict is promised there
 (src/speedbench/pipeline/verify.py).
-Throughput is hardware-bound and only printed.
+Speedups get their own verdicts (pipeline/verify_speedup.py), printed beside acceptance's; they
+do not decide the exit code.
 """
 
 from __future__ import annotations
@@ -52,3 +53,4 @@ def test_ci_preset_reproduces_the_committed_acceptance_exactly():
         assert "acceptance matches the reference exactly (qualitative, throughput)" in proc.stdout
     else:
         assert "verdict: reproduced" in proc.stdout or "verdict: exact" in proc.stdout, tail
+    assert "speedups: " in proc.stdout, tail

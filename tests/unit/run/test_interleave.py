@@ -129,3 +129,15 @@ def test_an_external_server_cannot_be_interleaved(tmp_path):
     ngram = SpecConfig(method="ngram", num_speculative_tokens=3)
     with pytest.raises(EngineError, match="an external server is one config's"):
         run_grid(engine, [SpecConfig(), ngram], items, [1], tmp_path, settings=settings)
+
+
+def test_throughput_json_carries_the_paired_interval_and_both_drifts():
+    from speedbench.pipeline.stages import _throughput_entry
+
+    base = _row("none", {0: 10.0, 1: 8.0})
+    sd = with_speedup(_row("ngram-k3", {0: 12.0, 1: 9.6}), [base])
+    entry = _throughput_entry(sd)
+    assert entry["speedup_low"] == entry["speedup_high"] == entry["speedup_paired"] == 1.2
+    assert entry["speedup_rounds"] == 2 and entry["speedup_pairing"] == "interleaved"
+    assert entry["baseline_drift"] == round(2 / 9, 6) and entry["drift"] == round(2.4 / 10.8, 6)
+    assert "speedup_low" not in _throughput_entry(base)

@@ -230,7 +230,8 @@ def with_speedup_model(
     """Fit step costs, predict every k, check the measured SD levels, write the schedules.
 
     ``measured_ks``: the grid's draft lengths, which a recommendation keeps unless another k
-    is predicted ``MIN_CHANGE`` faster (:func:`~speedbench.oracle.recommend.recommended_k`).
+    is predicted faster by more than the drafter's noise
+    (:func:`~speedbench.oracle.recommend.decide`).
     ``token_budget``: the engine's cap on one iteration's tokens (chunked prefill), where
     known (:meth:`~speedbench.engines.base.EngineAdapter.iteration_token_budget`).
 

@@ -9,13 +9,15 @@ After the oracle has replayed a baseline under a drafter (:mod:`speedbench.oracl
    engine, which the draft served alone does not tell). Every input level is named.
 2. **Predict** the speedup of every k = 0 (SD off) .. K at every batch size the sweep
    measured, replaying that level's own requests in a closed loop with the oracle's steps
-   (:mod:`speedbench.oracle.speedup`); the best k there, and the **recommended** k: the best
-   unless a k the sweep measured is within ``MIN_CHANGE`` of it (then that one).
+   (:mod:`speedbench.oracle.speedup`); the best k there, and the **recommended** k: a measured
+   k where its interval or predicted gain clears the noise, moved to another k only for a
+   predicted gain beyond the model's leave-one-out error for the drafter (:func:`decide`).
 3. **Check** every measured SD level against the prediction for its k and batch size made
    without its timings (prompt lookup: no SD level is an input at all; a draft model: its
    passes fitted on the other draft-model levels), with the error, and the break-even
    model's expectation (``AL / (1 + f k c)``, the model this one replaces) beside it.
-4. **Schedule**: the recommended k at every batch size 1..B on the oracle's own requests, as
+4. **Schedule**: the recommended k at every batch size 1..B on the oracle's own requests (the
+   table's k at the measured batch sizes, never growing with the batch size), as
    inclusive ranges ``(first, last, k)``: what vLLM's ``num_speculative_tokens_per_batch_size``
    reads (:mod:`speedbench.oracle.schedule` writes it for each engine).
 """
@@ -46,11 +48,10 @@ from speedbench.sweep_summary import SummaryRow, SweepSummary
 # A recommendation of k needs a predicted gain over SD off of at least this much; below it,
 # run without SD (a 1 % gain is inside any host's run-to-run spread).
 MIN_GAIN = 1.01
-# A recommendation moves away from a k the sweep measured only for a predicted gain of at least
-# this much. Below it the move is unproven twice over: the model's error on levels it did not
-# see was 4.8 % on average (docs/findings/speedup-model.md), and the paired interval of an
-# 11-question level spans about +-2 %, so measuring it costs a launch and cannot tell it from
-# no gain. (Measured: prompt lookup's three predicted gains of 1.4-2.1 % all lost.)
+# The least error a recommendation must clear (the floor of drafter_noise): a change needs a
+# predicted gain beyond the drafter's leave-one-out error, and never less than this, since
+# the paired interval of an 11-question level spans about +-2 % (measured: prompt lookup's
+# three predicted gains of 1.4-2.1 % all lost).
 MIN_CHANGE = 1.03
 SPEEDUP_MODEL_FILE = "speedup_model.json"
 
@@ -84,8 +85,8 @@ class StepCostFigures(Result):
 class SpeedupCurve(Result):
     """Predicted speedup of one drafter at one measured batch size, for every k (0: SD off).
 
-    ``best_k`` is the highest prediction; ``recommended_k`` is what to run: the best, unless a
-    measured k is within ``MIN_CHANGE`` of it (:func:`recommended_k`).
+    ``best_k`` is the highest prediction; ``recommended_k`` is what to run: the best only where
+    it clears the drafter's noise and the measured intervals allow it (:func:`decide`).
     """
 
     drafter: str
@@ -193,8 +194,11 @@ class SpeedupModel(Result):
     token_budget: int | None = None
     min_gain: float = MIN_GAIN
     min_change: float = MIN_CHANGE
-    # The k the sweep measured, which a recommendation keeps unless another gains MIN_CHANGE.
+    # The k the sweep measured, which a recommendation keeps unless another clears the noise.
     measured_ks: list[int] = Field(default_factory=list)
+    # Drafter -> the model's error a recommendation must clear (drafter_noise); empty in
+    # models made before 2026-12-06, which used min_change for every drafter.
+    noise: dict[str, float] = Field(default_factory=dict)
     curves: list[SpeedupCurve] = Field(default_factory=list)
     checks: list[SpeedupCheck] = Field(default_factory=list)
     schedules: list[KSchedule] = Field(default_factory=list)
@@ -220,18 +224,64 @@ def best_of(speedup: dict[int, float]) -> int:
     return k if best >= MIN_GAIN else 0
 
 
-def recommended_k(speedup: dict[int, float], measured_ks: Sequence[int] = ()) -> int:
-    """The k to run: the best, unless a measured k comes within ``MIN_CHANGE`` of it.
+def drafter_noise(checks: Sequence[SpeedupCheck], drafter: str) -> float:
+    """The model's error for one drafter: its mean absolute leave-one-out error, at least 3 %.
 
-    Of the measured ks the one predicted fastest is kept where the best gains less than
-    ``MIN_CHANGE`` over it (a smaller gain is inside the model's error); SD off counts as a k.
+    A predicted gain smaller than this is not told apart from none by the model that made it.
+    Without a check of its own (no level the model could leave out), the floor
+    ``MIN_CHANGE - 1`` stands.
     """
-    best = best_of(speedup)
-    known = [k for k in measured_ks if k in speedup and speedup[k] >= MIN_GAIN]
-    if not known or best in known:
-        return best
-    kept = max(known, key=lambda k: (speedup[k], -k))
-    return best if speedup[best] >= speedup[kept] * MIN_CHANGE else kept
+    errors = [abs(c.error) for c in checks if c.drafter == drafter and c.error is not None]
+    floor = MIN_CHANGE - 1
+    return max(floor, sum(errors) / len(errors)) if errors else floor
+
+
+def recommended_k(
+    speedup: dict[int, float],
+    measured_ks: Sequence[int] = (),
+    noise: float = MIN_CHANGE - 1,
+    intervals: Mapping[int, tuple[float, float]] | None = None,
+) -> int:
+    """The k to run at one batch size: a change only where the evidence clears the noise.
+
+    ``noise`` is the model's error for the drafter (:func:`drafter_noise`); ``intervals``
+    holds the measured paired speedup interval (low, high) of the ks measured here.
+
+    - A measured k runs with SD on where its measured interval lies above 1, or where its
+      interval (if any) does not lie below 1 and its predicted gain exceeds the noise. Of
+      those the one predicted fastest is the incumbent; SD off (exactly 1) otherwise.
+    - A k not measured replaces the incumbent only where it is predicted faster by more than
+      the noise.
+    """
+    intervals = intervals or {}
+
+    def runs(k: int) -> bool:
+        low, high = intervals.get(k, (None, None))
+        if low is not None and low > 1:
+            return True
+        if high is not None and high < 1:
+            return False
+        return speedup[k] > 1 + noise
+
+    known = [k for k in measured_ks if k and k in speedup and runs(k)]
+    incumbent = max(known, key=lambda k: (speedup[k], -k)) if known else 0
+    others = [k for k in speedup if k and k not in measured_ks]
+    if not others:
+        return incumbent
+    best = max(others, key=lambda k: (speedup[k], -k))
+    return best if speedup[best] > speedup[incumbent] * (1 + noise) else incumbent
+
+
+def monotone(ks: Sequence[int]) -> list[int]:
+    """``ks`` by batch size capped by every k before it: SD's k never grows with the batch.
+
+    A bigger batch makes a step more compute-bound, so a draft pays less there, never more; a
+    schedule reading off, k=1, off, k=1 follows noise.
+    """
+    out: list[int] = []
+    for k in ks:
+        out.append(min(k, out[-1]) if out else k)
+    return out
 
 
 def _key(r: RequestRecord) -> tuple[str, int]:
@@ -288,27 +338,61 @@ def schedule(
     drafter: str = "draft_model",
     measured_ks: Sequence[int] = (),
     token_budget: int | None = None,
+    noise: float = MIN_CHANGE - 1,
+    decided: Mapping[int, int] | None = None,
 ) -> tuple[list[tuple[int, int, int]], dict[int, float]]:
     """The recommended k at every batch size 1..max_batch_size, merged into inclusive ranges.
 
-    A batch size keeps the k of the one before it unless another k beats it by ``MIN_GAIN``.
+    Each batch size takes :func:`recommended_k` of the replay's curve there, or ``decided``'s
+    k where the sweep measured that batch size (the recommendation table's, which weighs the
+    measured intervals); then no k exceeds the one before it (:func:`monotone`).
     """
+    decided = decided or {}
+    curves = {bs: speedups(requests, bs, target, passes, drafter, token_budget)
+              for bs in range(1, max_batch_size + 1)}  # fmt: skip
+    chosen = [
+        decided[bs] if bs in decided and decided[bs] in curve
+        else recommended_k(curve, measured_ks, noise)
+        for bs, curve in curves.items()
+    ]  # fmt: skip
     ranges: list[tuple[int, int, int]] = []
     gains: dict[int, float] = {}
-    for bs in range(1, max_batch_size + 1):
-        curve = speedups(requests, bs, target, passes, drafter, token_budget)
-        k = recommended_k(curve, measured_ks)
-        # Keep the previous range's k while it is within MIN_GAIN of the best: a schedule
-        # that flips between two near-equal k at every batch size follows noise.
-        held = ranges[-1][2] if ranges else 0
-        if held and held in curve and curve[held] >= MIN_GAIN <= curve[k] <= curve[held] * MIN_GAIN:
-            k = held
-        gains[bs] = curve[k]
+    for bs, k in zip(curves, monotone(chosen), strict=True):
+        gains[bs] = curves[bs][k]
         if ranges and ranges[-1][2] == k:
             ranges[-1] = (ranges[-1][0], bs, k)
         else:
             ranges.append((bs, bs, k))
     return ranges, gains
+
+
+def decide(model: SpeedupModel, closed: Sequence[SummaryRow]) -> None:
+    """Every curve's recommended k from the model's own error and the measured intervals.
+
+    Run after the checks: each drafter's noise is its mean leave-one-out error
+    (:func:`drafter_noise`); a curve's ks measured at its batch size bring their paired
+    intervals (interleaved rounds). Per drafter and split the ks are then made monotone in
+    batch size, so the table and the schedule built from it agree.
+    """
+    model.noise = {d: drafter_noise(model.checks, d) for d in dict.fromkeys(
+        c.drafter for c in model.curves)}  # fmt: skip
+    for c in model.curves:
+        intervals = {
+            r.k: (r.speedup_interval.low, r.speedup_interval.high)
+            for r in closed
+            if r.method == c.drafter and r.split == c.split and r.batch_size == c.batch_size
+            and r.speedup_interval is not None and r.speedup_interval.low is not None
+            and r.speedup_interval.high is not None
+        }  # fmt: skip
+        c.recommended_k = recommended_k(c.speedup, model.measured_ks, model.noise[c.drafter],
+                                        intervals)  # fmt: skip
+    groups: dict[tuple[str, str], list[SpeedupCurve]] = {}
+    for c in model.curves:
+        groups.setdefault((c.drafter, c.split), []).append(c)
+    for group in groups.values():
+        group.sort(key=lambda c: c.batch_size)
+        for c, k in zip(group, monotone([c.recommended_k for c in group]), strict=True):
+            c.recommended_k = k
 
 
 def speedup_model(
@@ -331,7 +415,8 @@ def speedup_model(
         draft_levels: (label, folder) of the draft model's levels alone (its per-token cost).
         max_batch_size: The schedule's last batch size (default: the largest measured).
         measured_ks: The k the sweep's grid measured; a recommendation keeps one of them
-            unless another k is predicted ``MIN_CHANGE`` faster (:func:`recommended_k`).
+            unless another k is predicted faster by more than the drafter's noise
+            (:func:`decide`).
         token_budget: The engine's cap on one iteration's tokens (chunked prefill), both in
             reading the levels' iterations and in replaying them; None: prompts whole.
 
@@ -387,6 +472,7 @@ def speedup_model(
                     _predict_level(model, level, requests, row, closed, sd_levels,
                                    target, passes.get(drafter), alone)  # fmt: skip
                     break
+    decide(model, closed)
     top = max_batch_size or max((bs for _, bs in baselines), default=1)
     planned: set[tuple[str, str]] = set()
     for level, prediction in sorted(usable, key=lambda p: -p[0].requests):
@@ -394,8 +480,12 @@ def speedup_model(
             continue
         own = replay_requests(prediction, prediction.requests, sorted(prediction.streams))
         if own is not None:
+            decided = {c.batch_size: c.recommended_k for c in model.curves
+                       if (c.drafter, c.split) == (level.drafter, level.split)}  # fmt: skip
             ranges, gains = schedule(own, top, target, passes.get(level.drafter), level.drafter,
-                                     model.measured_ks, token_budget)  # fmt: skip
+                                     model.measured_ks, token_budget,
+                                     model.noise.get(level.drafter, MIN_CHANGE - 1),
+                                     decided)  # fmt: skip
             model.schedules.append(KSchedule(drafter=level.drafter, split=level.split,
                                              ranges=ranges, speedup=gains))  # fmt: skip
             planned.add((level.drafter, level.split))

@@ -218,10 +218,18 @@ RECOMMEND_NOTE = (
     "same: the grid's k is the recommendation."
 )
 RECOMMEND_RULE = (
-    "The recommended k is the best unless a k the grid measured is predicted within {gain} % "
-    "of it (a smaller gain is inside the model's error on levels it did not see and inside "
-    "the paired interval of a short level); then that k is kept."
+    "The recommended k respects the noise: a k the grid measured runs where its paired "
+    "interval lies above 1, or where no interval lies below 1 and its predicted gain exceeds "
+    "the model's leave-one-out error for the drafter ({noise}); another k replaces it only "
+    "where predicted faster by more than that error; and k never grows with the batch size, "
+    "so this table and the schedule agree."
 )
+
+
+def _noise_text(model: SpeedupModel) -> str:
+    if not model.noise:  # a model made before the noise rule
+        return f"{(model.min_change - 1) * 100:.0f} % for every drafter"
+    return ", ".join(f"{d} {v * 100:.1f} %" for d, v in model.noise.items())
 
 
 def _k_name(k: int) -> str:
@@ -285,7 +293,7 @@ def render_speedup(model: SpeedupModel | None) -> list[str]:
             "",
             "### Predicted speedup by k (k=0: SD off; the best in bold)",
             "",
-            RECOMMEND_RULE.format(gain=f"{(model.min_change - 1) * 100:.0f}"),
+            RECOMMEND_RULE.format(noise=_noise_text(model)),
             "",
         ]
         out += [

@@ -3,10 +3,10 @@
 A recommendation is a prediction until it is measured. After the oracle and the speedup model
 (:mod:`speedbench.oracle.recommend`), :func:`with_best_k` launches each drafter once more per
 recommended k the grid did not measure (the model keeps a measured k unless another is
-predicted ``MIN_CHANGE`` faster), at the batch sizes where it is recommended, on the
-same questions as the grid's levels there. Those levels are ordinary grid levels (their own
-folder ``<drafter>-k<k>/<split>/bs<N>``, identity, lossless check and MLflow run), and the
-model, made before they ran, gains a check for each.
+predicted faster by more than the drafter's leave-one-out error), at the batch sizes where it
+is recommended, on the same questions as the grid's levels there. Those levels are ordinary
+grid levels (their own folder ``<drafter>-k<k>/<split>/bs<N>``, identity, lossless check and
+MLflow run), and the model, made before they ran, gains a check for each.
 
 :func:`recommendation_verdicts` then puts the recommended k beside the grid's k at every
 batch size: both measured speedups, and a paired interval over the questions both measured

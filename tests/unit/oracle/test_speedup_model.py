@@ -6,9 +6,17 @@ import numpy as np
 import pytest
 
 from speedbench.engines.base import UnsupportedSpecError
+from speedbench.figures import SpreadFigures
 from speedbench.oracle.calibrate import fit_sd_passes
 from speedbench.oracle.recommend import (
+    SpeedupCheck,
+    SpeedupCurve,
+    SpeedupModel,
+    StepCostFigures,
     best_of,
+    decide,
+    drafter_noise,
+    monotone,
     recommended_k,
     schedule,
     speedups,
@@ -30,6 +38,7 @@ from speedbench.oracle.steptime import (
     step_drafts,
 )
 from speedbench.records import RequestRecord, write_parquet
+from speedbench.sweep_summary import SummaryRow
 
 
 def _record(
@@ -133,7 +142,92 @@ def test_a_measured_k_is_kept_unless_another_is_predicted_three_percent_faster()
     assert recommended_k({0: 1.0, 1: 0.947, 2: 0.9402, 3: 0.8942}, [3]) == 0
     # Of two measured ks the faster is kept; a measured k that does not pay is not kept.
     assert recommended_k({0: 1.0, 2: 1.20, 3: 1.22, 4: 1.24}, [2, 3]) == 3
-    assert recommended_k({0: 1.0, 2: 1.02, 3: 1.005}, [3]) == 2
+    # Neither gain clears 3 %: SD off.
+    assert recommended_k({0: 1.0, 2: 1.02, 3: 1.005}, [3]) == 0
+
+
+def _check(drafter: str, error: float | None) -> SpeedupCheck:
+    return SpeedupCheck(level="x", drafter=drafter, split="qualitative", batch_size=1, k=3,
+                        measured_speedup=1.0, predicted_speedup=None, error=error)  # fmt: skip
+
+
+def test_a_drafters_noise_is_its_mean_leave_one_out_error_and_never_below_three_percent():
+    checks = [_check("draft_model", 0.10), _check("draft_model", -0.136), _check("ngram", 0.01),
+              _check("ngram", None)]  # fmt: skip
+    assert drafter_noise(checks, "draft_model") == pytest.approx(0.118)
+    assert drafter_noise(checks, "ngram") == pytest.approx(0.03)  # 1 %: the floor
+    assert drafter_noise(checks, "eagle3") == pytest.approx(0.03)  # no check: the floor
+
+
+def test_a_gain_inside_the_drafters_noise_changes_nothing():
+    # The draft at bs 1 with an 11.8 % leave-one-out error: k=2 predicted 4.7 % over k=3.
+    draft = {0: 1.0, 1: 1.21, 2: 1.333, 3: 1.273}
+    assert recommended_k(draft, [3]) == 2  # at the 3 % floor k=2 would be worth a launch
+    assert recommended_k(draft, [3], noise=0.118) == 3
+    # A predicted 7 % gain of the measured k is inside 11.8 %: off, unless measured.
+    thin = {0: 1.0, 2: 1.06, 3: 1.07}
+    assert recommended_k(thin, [3], noise=0.118) == 0
+    assert recommended_k(thin, [3], noise=0.118, intervals={3: (1.02, 1.12)}) == 3
+    # Its interval holds 1: the prediction decides, and 7 % is not enough.
+    assert recommended_k(thin, [3], noise=0.118, intervals={3: (0.97, 1.12)}) == 0
+
+
+def test_a_measured_loss_turns_sd_off_whatever_the_model_predicted():
+    curve = {0: 1.0, 3: 1.25}
+    assert recommended_k(curve, [3], noise=0.05) == 3
+    assert recommended_k(curve, [3], noise=0.05, intervals={3: (0.88, 0.97)}) == 0
+
+
+def test_k_never_grows_with_the_batch_size():
+    assert monotone([3, 1, 0, 1]) == [3, 1, 0, 0]  # off, then k=1 again: noise
+    assert monotone([0, 1, 0, 1]) == [0, 0, 0, 0]
+    assert monotone([2, 3, 3, 1]) == [2, 2, 2, 1]
+    assert monotone([]) == []
+
+
+def _fit() -> StepCostFigures:
+    return StepCostFigures.of(StepCosts(fixed_s=1.0, per_sequence_s=0.0, per_token_s=0.0))
+
+
+def _row(bs: int, low: float, high: float) -> SummaryRow:
+    return SummaryRow(
+        config="ngram-k3", split="qualitative", batch_size=bs, method="ngram", k=3,
+        output_throughput_tok_s=1.0, per_user_tok_s=1.0, error_rate=0.0, ttft_p50_s=0.1,
+        tpot_p50_s=0.1, speedup=(low + high) / 2,
+        speedup_interval=SpreadFigures(mean=(low + high) / 2, low=low, high=high, count=3),
+    )  # fmt: skip
+
+
+def test_the_table_weighs_measured_intervals_and_agrees_with_a_monotone_schedule():
+    # Prompt lookup predicted 1.05, 1.08, 1.04 at bs 1, 4, 16 with a 5.9 % error: bs 1 runs
+    # on its interval (above 1) though its prediction is inside the error; bs 4's interval
+    # holds 1 and its prediction clears the error; bs 16's does neither.
+    curves = [
+        SpeedupCurve(drafter="ngram", split="qualitative", batch_size=bs, questions=6,
+                     speedup={0: 1.0, 3: gain}, best_k=3, recommended_k=3)
+        for bs, gain in ((1, 1.05), (4, 1.08), (16, 1.04))
+    ]  # fmt: skip
+    model = SpeedupModel(target=_fit(), measured_ks=[3], curves=curves,
+                         checks=[_check("ngram", 0.059)])  # fmt: skip
+    rows = [_row(1, 1.01, 1.09), _row(4, 0.99, 1.15), _row(16, 0.97, 1.12)]
+    decide(model, rows)
+    assert model.noise == {"ngram": pytest.approx(0.059)}
+    assert [c.recommended_k for c in model.curves] == [3, 3, 0]
+    # bs 1 measured a loss instead: SD off there, so off at every larger batch size too.
+    rows[0] = _row(1, 0.90, 0.98)
+    decide(model, rows)
+    assert [c.recommended_k for c in model.curves] == [0, 0, 0]
+
+
+def test_the_schedule_takes_the_tables_k_at_a_measured_batch_size():
+    costs = StepCosts(fixed_s=1.0, per_sequence_s=0.0, per_token_s=0.0)
+    requests = {0: [ReplayRequest.baseline(1, 6)], 3: [ReplayRequest(1, (1, 3, 2), (0, 3, 3))]}
+    ranges, _ = schedule(requests, 4, costs, None, measured_ks=[3])
+    assert ranges == [(1, 4, 3)]  # 2x at every batch size
+    # The table turned SD off at bs 2 (a measured loss): off from there on.
+    ranges, gains = schedule(requests, 4, costs, None, measured_ks=[3], decided={2: 0})
+    assert ranges == [(1, 1, 3), (2, 4, 0)]
+    assert gains == {1: 2.0, 2: 1.0, 3: 1.0, 4: 1.0}
 
 
 def test_the_schedule_keeps_a_measured_k_within_three_percent_of_the_best():

@@ -105,11 +105,34 @@ def test_resident_engines_that_do_not_fit_the_host_are_refused_before_a_launch(
         ),
     }
     engines = {label: engine for label in specs}
-    monkeypatch.setattr(interleave, "available_gib", lambda: 12.0)
-    check_resident_fits(engines, specs)  # 5 + 6 GiB
-    monkeypatch.setattr(interleave, "available_gib", lambda: 10.0)
-    with pytest.raises(EngineError, match=r"about 11\.0 GiB .* has 10\.0 GiB available"):
+    # 1.8 x 3 + 1 + 0.25 = 6.65 GiB and 1.8 x 4 + 1.25 = 8.45 GiB, and 1.5 GiB for the sweep.
+    monkeypatch.setattr(interleave, "available_gib", lambda: 16.6)
+    check_resident_fits(engines, specs)
+    monkeypatch.setattr(interleave, "available_gib", lambda: 16.5)
+    with pytest.raises(EngineError, match=r"about 15\.1 GiB .* has 16\.5 GiB available"):
         check_resident_fits(engines, specs)
+
+
+def test_the_three_bf16_engines_that_thrashed_a_24_gib_host_are_refused(tmp_path, monkeypatch):
+    # The main job's none, draft and ngram configs in bf16 (3.2 and 1.1 GiB of weights) were
+    # measured at 22.2 GiB resident together on a 23.6 GiB host, which then thrashed.
+    target, draft = tmp_path / "target", tmp_path / "draft"
+    for folder, size in ((target, 3.2), (draft, 1.1)):
+        folder.mkdir()
+        with (folder / "model.safetensors").open("wb") as f:
+            f.truncate(int(size * 1024**3))
+    engine = EngineConfig(model=str(target), env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+    draft_spec = SpecConfig(method="draft_model", num_speculative_tokens=3, draft_model=str(draft))
+    ngram = SpecConfig(method="ngram", num_speculative_tokens=3)
+    monkeypatch.setattr(interleave, "available_gib", lambda: 23.5)
+    with pytest.raises(EngineError, match=r"3 engines up at once, about 23\.0 GiB"):
+        check_resident_fits(
+            dict.fromkeys(("none", "draft", "ngram"), engine),
+            {"none": SpecConfig(), "draft": draft_spec, "ngram": ngram},
+        )
+    # The baseline and one SD config fit: 7.0 + 9.0 + 1.5 GiB.
+    check_resident_fits(dict.fromkeys(("none", "draft"), engine),
+                        {"none": SpecConfig(), "draft": draft_spec})  # fmt: skip
 
 
 def test_interleaving_needs_rounds_and_closed_loop_levels_and_reads_yaml_off():

@@ -509,7 +509,7 @@ def _predict_level(
     model.curves.append(
         SpeedupCurve(drafter=level.drafter, split=split, batch_size=bs,
                      questions=len(requests[0]), speedup=curve, best_k=best_of(curve),
-                     recommended_k=recommended_k(curve, model.measured_ks))
+                     recommended_k=best_of(curve))  # decide() sets it once the checks are in
     )  # fmt: skip
     for r in closed:
         if r.method != level.drafter or r.split != split or r.batch_size != bs:

@@ -186,8 +186,9 @@ class LoadSection(StrictModel):
         "at a split and batch size) share the host's time. off: each config's levels back to "
         "back, one launch each (a drifting host lands in every speedup). resident: every "
         "config's engine up at once, their repeats alternating in a seeded random order per "
-        "round, so drift hits both sides of every ratio; needs memory for all engines and "
-        "repeats >= 2. relaunch: the same alternation with one launch per block, for engines "
+        "round, so drift hits both sides of every ratio (repeats >= 2); where not all fit the "
+        "host's memory, the baseline stays up and the SD configs take turns in one slot, one "
+        "swap per round. relaunch: the same alternation with one launch per block, for engines "
         "that do not fit together (one GPU).",
     )
     client_workers: int = Field(

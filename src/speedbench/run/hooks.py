@@ -20,7 +20,7 @@ from typing import Any
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.launchers import OpenEngine, engine_session
 from speedbench.engines.running import RunningEngine
-from speedbench.run.interleave import measure_interleaved
+from speedbench.run.interleave import EngineSlot, measure_interleaved
 from speedbench.run.level import LevelResult, load_level, measure_level
 from speedbench.sweep_summary import SummaryRow, load_key
 from speedbench.tokenize import PromptTokenizer
@@ -105,11 +105,13 @@ class SweepHooks:
         engines: Mapping[str, EngineConfig],
         resident: Mapping[str, RunningEngine] | None,
         log_paths: Mapping[str, Path],
+        slot: EngineSlot | None = None,
     ) -> dict[str, LevelResult]:
         """Measure one grid point's configs in alternating rounds, by label.
 
-        ``resident``: their engines, up for the whole grid; None: each block launches its
-        config's engine (``engines[label]``, logging to ``log_paths[label]``).
+        ``resident``: the engines up for the whole grid; ``slot``: the one the other configs
+        take turns in; ``resident`` None: each block launches its config's engine
+        (``engines[label]``, logging to ``log_paths[label]``).
         """
 
         def engine_for(label: str) -> AbstractContextManager[RunningEngine]:
@@ -121,7 +123,7 @@ class SweepHooks:
 
         return measure_interleaved(
             list(specs), items, settings, tokenizer, directories, engine_for, resident,
-            on_block=progress if settings.show_progress else None,
+            on_block=progress if settings.show_progress else None, slot=slot,
         )  # fmt: skip
 
     def engine_version(self, handle: OpenEngine) -> str:

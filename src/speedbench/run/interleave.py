@@ -11,9 +11,13 @@ the rounds give each speedup an interval (:mod:`speedbench.metrics.paired`).
 Two ways to have the engines at hand (``LoadSection.interleave``):
 
 - ``resident``: every config's engine is up at once, each on its own port, idle while another
-  is measured. Their memory must fit together; vLLM-CPU engines share the CPU KV budget
-  (:func:`resident_engine`). An idle engine's CPU time is measured during every repeat of
-  the others (``HostFigures.sibling_cpu_s``), so an engine that spins when idle is caught.
+  is measured. vLLM-CPU engines share the CPU KV budget (:func:`resident_engine`). An idle
+  engine's CPU time is measured during every repeat of the others
+  (``HostFigures.sibling_cpu_s``), so an engine that spins when idle is caught. Where they
+  do not all fit the host's memory (:func:`plan_residency`), the baseline stays up and the SD
+  configs take turns in one shared slot: a round starts with the engine already in the slot,
+  so each round pays one swap per SD config beyond the first, and the baseline's block still
+  falls among the SD blocks of its round.
 - ``relaunch``: one engine at a time, launched for each block and stopped after it, for
   engines that cannot share the host (one GPU). Each block then pays a launch; the rounds
   still alternate.
@@ -30,7 +34,9 @@ import os
 import random
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineError
@@ -43,15 +49,37 @@ from speedbench.workload import LoadSettings, WorkItem
 KV_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 
 
-def round_orders(labels: Sequence[str], rounds: int, seed: int | None) -> list[list[str]]:
+def round_orders(
+    labels: Sequence[str],
+    rounds: int,
+    seed: int | None,
+    shared: Sequence[str] = (),
+    loaded: str | None = None,
+) -> list[list[str]]:
     """Each round's order of the configs: a seeded random permutation per round.
 
     A fixed order would give one config the host's state right after another's (caches,
     frequency, the other engine's last OpenMP spin) every round; a random one spreads that
     over all of them. The same seed gives the same orders.
+
+    ``shared`` labels take turns in one engine slot (``loaded`` is in it now): their places in
+    the permutation are kept, but they are filled starting with the loaded one, so a round
+    swaps the slot ``len(shared) - 1`` times and the next round starts with what the last left.
     """
     rng = random.Random(f"interleave:{seed or 0}")
-    return [rng.sample(list(labels), len(labels)) for _ in range(rounds)]
+    orders = []
+    for _ in range(rounds):
+        order = rng.sample(list(labels), len(labels))
+        turns = [label for label in order if label in shared]
+        if loaded in turns:
+            at = turns.index(loaded)
+            turns = turns[at:] + turns[:at]
+        fill = iter(turns)
+        order = [next(fill) if label in shared else label for label in order]
+        if turns:
+            loaded = turns[-1]
+        orders.append(order)
+    return orders
 
 
 def resident_engine(engine: EngineConfig, index: int, count: int) -> EngineConfig:
@@ -109,34 +137,142 @@ def available_gib() -> float | None:
     return None
 
 
-def check_resident_fits(
-    engines: Mapping[str, EngineConfig], specs: Mapping[str, SpecConfig]
-) -> None:
-    """Refuse resident engines that would not fit this host's memory together (before any launch).
+@dataclass(frozen=True)
+class Residency:
+    """Which configs' engines stay up for the whole grid, and which share one slot."""
 
-    Engines on a GPU or on another machine (docker_host) are not counted: their memory is not
-    this host's.
+    engines: dict[str, EngineConfig]  # every config's engine: its port and KV share
+    shared: tuple[str, ...] = ()  # SD configs that take turns in one slot (empty: all resident)
+    estimate_gib: float = 0.0  # the host memory of the engines up at once, at most
+
+    @property
+    def resident(self) -> list[str]:
+        """The configs whose engines are up for the whole grid."""
+        return [label for label in self.engines if label not in self.shared]
+
+    def describe(self) -> str:
+        """One line for the log: what stays up, what takes turns, the memory estimate."""
+        if not self.shared:
+            return f"{len(self.engines)} engines up together (about {self.estimate_gib:.1f} GiB)"
+        return (
+            f"{', '.join(self.resident)} up for the grid and {', '.join(self.shared)} taking "
+            f"turns in one slot (about {self.estimate_gib:.1f} GiB at once): all "
+            f"{len(self.engines)} do not fit this host's memory together"
+        )
+
+
+def plan_residency(engine: EngineConfig, specs: Sequence[SpecConfig]) -> Residency:
+    """Keep as many configs' engines up as this host's memory holds (before any launch).
+
+    All of them when they fit. Otherwise the baseline, and SD configs in the sweep's order
+    while the rest (two at least) still fit one at a time beside them, stay up; the rest share
+    one slot. Engines up at once share the CPU KV budget, so fewer of them get more each.
+    Engines on a GPU or another machine (docker_host) are not this host's memory: all resident.
 
     Raises:
-        EngineError: One line with the estimate, what the host has, and what to set instead.
+        EngineError: Not even the baseline and one SD config fit: one line with the estimate,
+            what the host has, and what to set instead.
     """
-    here = {
-        label: resident_gib(e, specs[label])
-        for label, e in engines.items()
-        if not e.gpus and not e.docker_host
-    }
+    labels = [s.label for s in specs]
+    by_label = {s.label: s for s in specs}
+
+    def at(count: int) -> dict[str, EngineConfig]:
+        return {label: resident_engine(engine, i, count) for i, label in enumerate(labels)}
+
+    everyone = at(len(labels))
     have = available_gib()
-    need = sum(here.values())
-    if have is None or len(here) < 2 or need + HEADROOM_GIB <= have:
+    if engine.gpus or engine.docker_host or have is None or len(labels) < 3:
+        estimate = sum(resident_gib(e, by_label[lb]) for lb, e in everyone.items())
+        if have is not None and not engine.gpus and not engine.docker_host:
+            _refuse_unless_fits(estimate, have, everyone, by_label)
+        return Residency(everyone, estimate_gib=estimate)
+    baseline = [lb for lb in labels if not by_label[lb].is_speculative]
+    speculative = [lb for lb in labels if by_label[lb].is_speculative]
+    smallest: tuple[float, dict[str, EngineConfig]] | None = None
+    for up in range(len(labels), 1, -1):
+        engines = at(up)
+        gib = {lb: resident_gib(e, by_label[lb]) for lb, e in engines.items()}
+        if up == len(labels):
+            shared: list[str] = []
+        else:
+            shared = speculative[up - 1 - len(baseline) :]
+        resident = [lb for lb in labels if lb not in shared]
+        need = sum(gib[lb] for lb in resident) + max((gib[lb] for lb in shared), default=0.0)
+        smallest = (need, engines)
+        if need + HEADROOM_GIB <= have:
+            return Residency(engines, tuple(shared), need)
+    assert smallest is not None
+    _refuse_unless_fits(smallest[0], have, smallest[1], by_label)
+    raise AssertionError("unreachable")
+
+
+def _refuse_unless_fits(
+    need: float,
+    have: float,
+    engines: Mapping[str, EngineConfig],
+    specs: Mapping[str, SpecConfig],
+) -> None:
+    if need + HEADROOM_GIB <= have:
         return
-    each = ", ".join(f"{label} {gib:.1f}" for label, gib in here.items())
+    each = ", ".join(f"{lb} {resident_gib(e, specs[lb]):.1f}" for lb, e in engines.items())
     raise EngineError(
-        f"interleave resident keeps {len(here)} engines up at once, about {need:.1f} GiB "
+        f"interleave resident needs about {need:.1f} GiB for the engines up at once "
         f"({each}: {WEIGHT_FACTOR:g} x weights, KV cache and {RUNTIME_GIB:g} GiB each) and "
         f"{HEADROOM_GIB:g} GiB for the sweep, and the host has {have:.1f} GiB available: set "
-        "interleave: relaunch (one launch per block), measure fewer SD configs per sweep, or "
-        "use bfloat16 weights"
+        "interleave: relaunch (one launch per block), or use bfloat16 weights"
     )
+
+
+class EngineSlot:
+    """One engine at a time for the SD configs that take turns (``Residency.shared``).
+
+    ``start`` launches a config's engine (healthy and warmed up) and returns a handle with
+    ``running`` and ``close()``. A launch that fails is kept in :attr:`failures`, by label,
+    for the caller to report; the slot is then empty.
+    """
+
+    def __init__(self, start: Callable[[str], OpenEngineLike]):
+        self._start = start
+        self.label: str | None = None
+        self._handle: OpenEngineLike | None = None
+        self.failures: dict[str, str] = {}
+        self.swaps = 0
+
+    @property
+    def running(self) -> RunningEngine | None:
+        """The engine in the slot now (None: empty)."""
+        return self._handle.running if self._handle is not None else None
+
+    def get(self, label: str) -> RunningEngine:
+        """The config's engine, launched in place of the one in the slot if it is another's."""
+        if label == self.label and self._handle is not None:
+            return self._handle.running
+        if self._handle is not None:
+            self.swaps += 1
+        self.close()
+        try:
+            self._handle = self._start(label)
+        except EngineError as exc:
+            self.failures[label] = str(exc)
+            raise
+        self.label = label
+        return self._handle.running
+
+    def close(self) -> None:
+        """Stop the engine in the slot."""
+        if self._handle is not None:
+            self._handle.close()
+        self._handle, self.label = None, None
+
+
+class OpenEngineLike(Protocol):
+    """What a slot holds: a started engine and how to stop it."""
+
+    running: RunningEngine
+
+    def close(self) -> None:
+        """Stop the engine."""
+        ...
 
 
 def measure_interleaved(
@@ -148,6 +284,7 @@ def measure_interleaved(
     engine_for: Callable[[str], AbstractContextManager[RunningEngine]],
     resident: Mapping[str, RunningEngine] | None = None,
     on_block: Callable[[int, str], None] | None = None,
+    slot: EngineSlot | None = None,
 ) -> dict[str, LevelResult]:
     """Measure one grid point's configs in ``settings.repeats`` alternating rounds.
 
@@ -161,33 +298,48 @@ def measure_interleaved(
             the engines are already up and this is not called.
         resident: The configs' engines kept up for the whole grid, by label.
         on_block: Called before each block with (round, label): progress for the caller.
+        slot: The engine slot of the configs in ``labels`` that are not in ``resident``;
+            a launch that fails there stops that config (its reason in ``slot.failures``).
 
     Returns:
         Each config's level (a level whose engine died holds ``failed``; the others go on).
+        A config whose engine never started has none.
     """
     levels: dict[str, LevelRun] = {}
     stopped: set[str] = set()
+    shared = [lb for lb in labels if slot is not None and lb not in (resident or {})]
+    loaded = slot.label if slot is not None else None
     try:
-        for rnd, order in enumerate(round_orders(labels, settings.repeats, settings.seed)):
+        orders = round_orders(labels, settings.repeats, settings.seed, shared, loaded)
+        for rnd, order in enumerate(orders):
             for label in order:
                 if label in stopped:
                     continue
                 if on_block is not None:
                     on_block(rnd, label)
                 with contextlib.ExitStack() as stack:
-                    if resident is not None:
+                    if resident is not None and label in resident:
                         running = resident[label]
-                        siblings = [e for other, e in resident.items() if other != label]
+                    elif slot is not None:
+                        try:
+                            running = slot.get(label)
+                        except EngineError as exc:
+                            stopped.add(label)
+                            if label in levels:
+                                levels[label].failure = str(exc)
+                            continue
                     else:
                         running = stack.enter_context(engine_for(label))
-                        siblings = []
+                    siblings = [e for other, e in (resident or {}).items() if other != label]
+                    if slot is not None and slot.label != label and slot.running is not None:
+                        siblings.append(slot.running)
                     level = levels.get(label)
                     if level is None:
                         level = levels[label] = LevelRun(
                             running, items, settings, tokenizer, Path(directories[label]),
                             siblings=siblings,
                         )  # fmt: skip
-                    level.running = running
+                    level.running, level.siblings = running, siblings
                     if not level.measure_repeat(rnd):
                         stopped.add(label)
                         # Judged now, while the engine that failed is still the level's.
@@ -196,4 +348,7 @@ def measure_interleaved(
         for level in levels.values():
             level.abandon()
         raise
-    return {label: levels[label].finish(check_engine=resident is not None) for label in levels}
+    # An engine no longer up (launched per block, or swapped out of the slot) cannot be judged
+    # at the finish; its failure was judged when it stopped.
+    up_now = set(resident or {}) | ({slot.label} if slot is not None and slot.label else set())
+    return {label: levels[label].finish(check_engine=label in up_now) for label in levels}

@@ -64,7 +64,7 @@ from speedbench.run.hooks import (
     level_identity,
     stamp_identity,
 )
-from speedbench.run.interleave import check_resident_fits, resident_engine
+from speedbench.run.interleave import EngineSlot, Residency, plan_residency, resident_engine
 from speedbench.run.level import LevelResult, validate_items
 from speedbench.run.plan import (
     check_concurrency,
@@ -572,13 +572,23 @@ def _interleaved_grid(
             f"interleave {settings.interleave} launches one engine per SD config; an external "
             "server is one config's: set interleave: off"
         )
-    engines = {s.label: resident_engine(engine, i, len(specs)) for i, s in enumerate(specs)}
     by_label = {s.label: s for s in specs}
     if resident_mode:
-        check_resident_fits(engines, by_label)
+        residency = plan_residency(engine, specs)
+        print(f"interleave resident: {residency.describe()}")
+    else:
+        residency = Residency({s.label: resident_engine(engine, i, 1) for i, s in enumerate(specs)})
+    engines = residency.engines
     log_path = {s.label: out / s.label / "engine.log" for s in specs}
     handles: dict[str, OpenEngine] = {}
     alive = [s.label for s in specs]
+
+    def start(label: str) -> OpenEngine:
+        handle = hooks.start_engine(engines[label], by_label[label], log_path[label])
+        provenance.engine_versions[label] = hooks.engine_version(handle)
+        return handle
+
+    slot = EngineSlot(start) if residency.shared else None
 
     def fail(label: str, error: str, points: Sequence[GridPoint]) -> None:
         log.error("config %s failed: %s", label, error)
@@ -604,11 +614,10 @@ def _interleaved_grid(
                 continue
             if resident_mode:
                 for label in [lb for lb in points if lb not in handles]:
+                    if label in residency.shared:
+                        continue
                     try:
-                        handles[label] = hooks.start_engine(
-                            engines[label], by_label[label], log_path[label]
-                        )
-                        provenance.engine_versions[label] = hooks.engine_version(handles[label])
+                        handles[label] = start(label)
                     except EngineError as exc:
                         fail(label, str(exc), pending(label, index))
                         del points[label]
@@ -626,9 +635,17 @@ def _interleaved_grid(
                 tokenizer,
                 {label: p.directory for label, p in points.items()},
                 {label: engines[label] for label in points},
-                {label: handles[label].running for label in points} if resident_mode else None,
+                {label: handles[label].running for label in points if label in handles}
+                if resident_mode
+                else None,
                 {label: log_path[label] for label in points},
+                slot,
             )
+            unstarted = slot.failures if slot is not None else {}
+            for label, error in list(unstarted.items()):
+                del unstarted[label]
+                if label not in levels:  # its engine never started at this point
+                    fail(label, error, pending(label, index))
             for label in [s.label for s in specs if s.label in levels]:
                 level, p = levels[label], points[label]
                 row = _row(by_label[label], p, level, settings, out)
@@ -642,6 +659,9 @@ def _interleaved_grid(
     finally:
         for handle in handles.values():
             handle.close()
+        if slot is not None:
+            print(f"interleave resident: {slot.swaps} slot swaps")
+            slot.close()
 
 
 def _measure_point(

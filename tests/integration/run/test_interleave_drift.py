@@ -12,6 +12,7 @@ speedbench's.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import random
 import time
 from pathlib import Path
@@ -127,3 +128,79 @@ def test_relaunch_alternates_one_launch_per_block(tmp_path):
     }
     ratios = [sd / base for sd, base in zip(tput[SD.label], tput["none"], strict=True)]
     assert ratios == pytest.approx([true_speedup()] * 3, rel=0.05)
+
+
+SD2 = SpecConfig(method="ngram", num_speculative_tokens=2)
+
+
+def true_speedup_at(k: int) -> float:
+    """The synthetic servers' speedup at draft length ``k``."""
+    base = len(ITEMS["s"]) * TOKENS
+    sd = sum(
+        len(chunk_sizes(TOKENS, k, 0.7, random.Random(it.prompt_ids[0])))  # type: ignore[index]
+        for it in ITEMS["s"]
+    )
+    return base / sd
+
+
+class FailingSecondLaunch(SyntheticHost):
+    """The second SD config's engine fails to start the second time it is launched."""
+
+    def start_engine(self, engine, spec, log_path):
+        if spec.label == SD2.label and self.launches.count(SD2.label) == 1:
+            from speedbench.engines.base import EngineError
+
+            self.launches.append(f"{spec.label} (failed)")
+            raise EngineError(f"{spec.label}: the server exited during start-up (injected)")
+        return super().start_engine(engine, spec, log_path)
+
+
+def slot_sweep(tmp_path: Path, monkeypatch, host: SyntheticHost):
+    """Three configs on a host whose memory holds two engines: the SD ones share a slot."""
+    from speedbench.run import interleave
+
+    # Two engines of 7.65 GiB (3 GiB of weights, 2 GiB of KV each) and 1.5 GiB fit 18 GiB;
+    # three of 6.65 GiB do not.
+    monkeypatch.setattr(interleave, "weights_gib", lambda model: 3.0 if model else 0.0)
+    monkeypatch.setattr(interleave, "available_gib", lambda: 18.0)
+    engine = EngineConfig(
+        model="m", launcher="local", port=free_port(), env={"VLLM_CPU_KVCACHE_SPACE": "4"}
+    )
+    settings = LoadSettings(max_tokens=TOKENS, show_progress=False, repeats=3,
+                            interleave="resident")  # fmt: skip
+    return run_grid(engine, [SpecConfig(), SD, SD2], ITEMS, [1, 2], tmp_path, settings=settings,
+                    hooks=host)  # fmt: skip
+
+
+def test_sd_configs_that_do_not_fit_together_take_turns_in_one_slot(tmp_path, monkeypatch):
+    host = SyntheticHost(None)
+    summary = slot_sweep(tmp_path, monkeypatch, host)
+    # The baseline launched once; the slot: its first launch, then one swap a round (3 rounds
+    # at each of 2 batch sizes), each round starting with the engine the last one left.
+    assert host.launches.count("none") == 1
+    sd_launches = [label for label in host.launches if label != "none"]
+    assert len(sd_launches) == 1 + 3 * 2
+    assert all(a != b for a, b in itertools.pairwise(sd_launches))
+    rows = {(r.config, r.batch_size): r for r in summary.levels}
+    assert len(rows) == 6 and not summary.failures
+    for spec in (SD, SD2):
+        row = rows[(spec.label, 1)]
+        assert row.speedup_pairing == "interleaved"
+        assert row.speedup_interval is not None and row.speedup_interval.count == 3
+        assert row.speedup == pytest.approx(true_speedup_at(spec.num_speculative_tokens),
+                                            rel=0.05)  # fmt: skip
+
+
+def test_a_slot_launch_that_fails_stops_that_config_and_keeps_the_others(tmp_path, monkeypatch):
+    host = FailingSecondLaunch(None)
+    summary = slot_sweep(tmp_path, monkeypatch, host)
+    assert [f.config for f in summary.failures] == [SD2.label]
+    assert "exited during start-up (injected)" in summary.failures[0].error
+    measured = {(r.config, r.batch_size) for r in summary.levels}
+    # The baseline and the first SD config are measured at both batch sizes, every round.
+    assert {("none", 1), ("none", 2), (SD.label, 1), (SD.label, 2)} <= measured
+    assert all(
+        r.speedup_interval is not None and r.speedup_interval.count == 3
+        for r in summary.levels
+        if r.config == SD.label
+    )

@@ -11,7 +11,12 @@ from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineError
 from speedbench.metrics.paired import drift, paired_ratios, paired_speedup, round_throughputs
 from speedbench.run import interleave
-from speedbench.run.interleave import check_resident_fits, resident_engine, round_orders
+from speedbench.run.interleave import (
+    EngineSlot,
+    plan_residency,
+    resident_engine,
+    round_orders,
+)
 from speedbench.run.sweep import run_grid
 from speedbench.sweep_config import LoadSection
 from speedbench.sweep_summary import SummaryRow, with_speedup
@@ -89,50 +94,94 @@ def test_resident_engines_get_their_own_port_and_a_share_of_the_cpu_kv_budget(mo
     assert resident_engine(engine, 1, 3).env["VLLM_CPU_KVCACHE_SPACE"] == "4"
 
 
-def test_resident_engines_that_do_not_fit_the_host_are_refused_before_a_launch(
-    tmp_path, monkeypatch
-):
+def _weights(tmp_path, target_gib: float, draft_gib: float) -> tuple[str, str]:
     target, draft = tmp_path / "target", tmp_path / "draft"
-    for folder, size in ((target, 3 * 1024**3), (draft, 1024**3)):
+    for folder, size in ((target, target_gib), (draft, draft_gib)):
         folder.mkdir()
         with (folder / "model.safetensors").open("wb") as f:
-            f.truncate(size)  # sparse: the size is what counts
-    engine = EngineConfig(model=str(target), env={"VLLM_CPU_KVCACHE_SPACE": "1"})
-    specs = {
-        "none": SpecConfig(),
-        "draft_model-k3": SpecConfig(
-            method="draft_model", num_speculative_tokens=3, draft_model=str(draft)
-        ),
-    }
-    engines = {label: engine for label in specs}
+            f.truncate(int(size * 1024**3))  # sparse: the size is what counts
+    return str(target), str(draft)
+
+
+def test_two_engines_that_do_not_fit_the_host_are_refused_before_a_launch(tmp_path, monkeypatch):
+    target, draft = _weights(tmp_path, 3, 1)
+    engine = EngineConfig(model=target, env={"VLLM_CPU_KVCACHE_SPACE": "2"})
+    specs = [SpecConfig(), SpecConfig(method="draft_model", num_speculative_tokens=3,
+                                      draft_model=draft)]  # fmt: skip
     # 1.8 x 3 + 1 + 0.25 = 6.65 GiB and 1.8 x 4 + 1.25 = 8.45 GiB, and 1.5 GiB for the sweep.
     monkeypatch.setattr(interleave, "available_gib", lambda: 16.6)
-    check_resident_fits(engines, specs)
+    plan = plan_residency(engine, specs)
+    assert plan.shared == () and plan.resident == ["none", "draft_model-k3"]
     monkeypatch.setattr(interleave, "available_gib", lambda: 16.5)
     with pytest.raises(EngineError, match=r"about 15\.1 GiB .* has 16\.5 GiB available"):
-        check_resident_fits(engines, specs)
+        plan_residency(engine, specs)
 
 
-def test_the_three_bf16_engines_that_thrashed_a_24_gib_host_are_refused(tmp_path, monkeypatch):
+def test_the_main_jobs_three_bf16_engines_keep_the_baseline_up_and_share_a_slot(
+    tmp_path, monkeypatch
+):
     # The main job's none, draft and ngram configs in bf16 (3.2 and 1.1 GiB of weights) were
     # measured at 22.2 GiB resident together on a 23.6 GiB host, which then thrashed.
-    target, draft = tmp_path / "target", tmp_path / "draft"
-    for folder, size in ((target, 3.2), (draft, 1.1)):
-        folder.mkdir()
-        with (folder / "model.safetensors").open("wb") as f:
-            f.truncate(int(size * 1024**3))
-    engine = EngineConfig(model=str(target), env={"VLLM_CPU_KVCACHE_SPACE": "1"})
-    draft_spec = SpecConfig(method="draft_model", num_speculative_tokens=3, draft_model=str(draft))
-    ngram = SpecConfig(method="ngram", num_speculative_tokens=3)
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    target, draft = _weights(tmp_path, 3.2, 1.1)
+    engine = EngineConfig(model=target, port=8000, env={"VLLM_CPU_KVCACHE_SPACE": "4"})
+    specs = [SpecConfig(),
+             SpecConfig(method="draft_model", num_speculative_tokens=3, draft_model=draft),
+             SpecConfig(method="ngram", num_speculative_tokens=3)]  # fmt: skip
     monkeypatch.setattr(interleave, "available_gib", lambda: 23.5)
-    with pytest.raises(EngineError, match=r"3 engines up at once, about 23\.0 GiB"):
-        check_resident_fits(
-            dict.fromkeys(("none", "draft", "ngram"), engine),
-            {"none": SpecConfig(), "draft": draft_spec, "ngram": ngram},
-        )
-    # The baseline and one SD config fit: 7.0 + 9.0 + 1.5 GiB.
-    check_resident_fits(dict.fromkeys(("none", "draft"), engine),
-                        {"none": SpecConfig(), "draft": draft_spec})  # fmt: skip
+    plan = plan_residency(engine, specs)
+    assert plan.resident == ["none"] and plan.shared == ("draft_model-k3", "ngram-k3")
+    # Two up at once, 2 GiB of KV each: the baseline 8.0 + the draft's engine 10.0 GiB.
+    assert {lb: e.env["VLLM_CPU_KVCACHE_SPACE"] for lb, e in plan.engines.items()} == dict.fromkeys(
+        ("none", "draft_model-k3", "ngram-k3"), "2"
+    )
+    assert [e.port for e in plan.engines.values()] == [8000, 8001, 8002]
+    assert plan.estimate_gib == pytest.approx(1.8 * 3.2 + 2.25 + 1.8 * 4.3 + 2.25, abs=0.01)
+    assert "taking turns in one slot" in plan.describe()
+    # With room for all three (1 GiB of KV each), all stay up.
+    monkeypatch.setattr(interleave, "available_gib", lambda: 24.6)
+    assert plan_residency(engine, specs).shared == ()
+    # Not even the baseline beside one SD config: refused, with the estimate.
+    monkeypatch.setattr(interleave, "available_gib", lambda: 17.0)
+    with pytest.raises(EngineError, match=r"about 18\.0 GiB for the engines up at once"):
+        plan_residency(engine, specs)
+
+
+def test_shared_configs_fill_their_places_starting_with_the_one_in_the_slot():
+    plain = round_orders(LABELS, 4, seed=0)
+    shared = ("draft_model-k3", "ngram-k3")
+    orders = round_orders(LABELS, 4, seed=0, shared=shared, loaded="ngram-k3")
+    # The baseline keeps its seeded place; the shared ones start with the loaded engine and
+    # each round starts with what the last one left: one swap a round.
+    assert [o.index("none") for o in orders] == [o.index("none") for o in plain]
+    turns = [[lb for lb in o if lb in shared] for o in orders]
+    assert turns == [["ngram-k3", "draft_model-k3"], ["draft_model-k3", "ngram-k3"],
+                     ["ngram-k3", "draft_model-k3"], ["draft_model-k3", "ngram-k3"]]  # fmt: skip
+
+
+def test_a_slot_swaps_only_for_another_config_and_keeps_a_failed_launch(tmp_path):
+    started, closed = [], []
+
+    class Handle:
+        def __init__(self, label):
+            self.running, self.label = label, label
+
+        def close(self):
+            closed.append(self.label)
+
+    def start(label):
+        if label == "bad":
+            raise EngineError("bad: exited")
+        started.append(label)
+        return Handle(label)
+
+    slot = EngineSlot(start)
+    assert slot.get("a") == "a" and slot.get("a") == "a" and slot.swaps == 0
+    assert slot.get("b") == "b" and slot.swaps == 1 and closed == ["a"]
+    with pytest.raises(EngineError):
+        slot.get("bad")
+    assert slot.failures == {"bad": "bad: exited"} and slot.running is None
+    assert closed == ["a", "b"] and started == ["a", "b"]
 
 
 def test_interleaving_needs_rounds_and_closed_loop_levels_and_reads_yaml_off():

@@ -227,13 +227,22 @@ class SummaryRow(Result):
 
     @property
     def questions_per_category(self) -> str:
-        """``n=5`` when every category has 5 questions, ``n=1-3`` when not ('' if unknown)."""
+        """``n=5`` when every category has 5 questions, ``n=1-3`` when not ('' if unknown).
+
+        The speed_bench view's units are question runs (``q@r1`` is q's second round); a level
+        measured in rounds counts its questions once and says how many rounds each ran, since
+        the rounds of one greedy question are not more questions.
+        """
         view = self.views.get("speed_bench")
-        counts = Counter(q.category for q in view.questions.values()) if view else Counter()
+        units = view.questions if view else {}
+        questions = {uid.split("@r")[0]: q.category for uid, q in units.items()}
+        counts = Counter(questions.values())
         if not counts:
             return ""
         low, high = min(counts.values()), max(counts.values())
-        return f"n={low}" if low == high else f"n={low}-{high}"
+        text = f"n={low}" if low == high else f"n={low}-{high}"
+        rounds = len(units) // len(questions)
+        return text if rounds <= 1 else f"{text}, {rounds} rounds"
 
     @classmethod
     def of(

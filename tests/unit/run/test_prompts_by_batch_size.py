@@ -162,3 +162,8 @@ def test_uneven_categories_show_the_range_of_questions():
     uneven = row(1, {"a0": "a", "a1": "a", "a2": "a", "b0": "b"})
     assert uneven.questions_per_category == "n=1-3"
     assert uneven.model_copy(update={"views": {}}).questions_per_category == ""
+
+
+def test_rounds_of_one_question_count_as_one_question():
+    rounds = row(1, {"a0": "a", "a0@r1": "a", "a0@r2": "a", "b0": "b", "b0@r1": "b", "b0@r2": "b"})
+    assert rounds.questions_per_category == "n=1, 3 rounds"

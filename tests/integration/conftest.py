@@ -74,7 +74,8 @@ def tiny_pair(tmp_path_factory: pytest.TempPathFactory, qwen_small: Path) -> tup
     model.save_pretrained(target)
     AutoTokenizer.from_pretrained(qwen_small).save_pretrained(target)
     make_world_readable(target)  # engines in containers run as another user
-    shutil.copytree(target, draft)
+    # Linked, not copied: 300 MB less of the test run's temporary disk per worker.
+    shutil.copytree(target, draft, copy_function=os.link)
     return target, draft
 
 

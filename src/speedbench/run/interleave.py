@@ -17,7 +17,9 @@ Two ways to have the engines at hand (``LoadSection.interleave``):
   do not all fit the host's memory (:func:`plan_residency`), the baseline stays up and the SD
   configs take turns in one shared slot: a round starts with the engine already in the slot,
   so each round pays one swap per SD config beyond the first, and the baseline's block still
-  falls among the SD blocks of its round.
+  falls among the SD blocks of its round. Where not even the baseline and one SD engine fit
+  (float32 weights on a 24 GiB host without native bf16), every config takes turns in the
+  slot.
 - ``relaunch``: one engine at a time, launched for each block and stopped after it, for
   engines that cannot share the host (one GPU). Each block then pays a launch; the rounds
   still alternate.
@@ -160,6 +162,12 @@ class Residency:
         """One line for the log: what stays up, what takes turns, the memory estimate."""
         if not self.shared:
             return f"{len(self.engines)} engines up together (about {self.estimate_gib:.1f} GiB)"
+        if not self.resident:
+            return (
+                f"{', '.join(self.shared)} taking turns in one slot (about "
+                f"{self.estimate_gib:.1f} GiB for the largest): the baseline and an SD engine "
+                "do not fit this host's memory together"
+            )
         return (
             f"{', '.join(self.resident)} up for the grid and {', '.join(self.shared)} taking "
             f"turns in one slot (about {self.estimate_gib:.1f} GiB at once): all "
@@ -171,12 +179,15 @@ def plan_residency(engine: EngineConfig, specs: Sequence[SpecConfig]) -> Residen
     """Keep as many configs' engines up as this host's memory holds (before any launch).
 
     All of them when they fit. Otherwise the baseline, and SD configs in the sweep's order
-    while the rest (two at least) still fit one at a time beside them, stay up; the rest share
-    one slot. Engines up at once share the CPU KV budget, so fewer of them get more each.
-    Engines on a GPU or another machine (docker_host) are not this host's memory: all resident.
+    while the rest still fit one at a time beside them, stay up; the rest share one slot.
+    Where not even the baseline fits beside one SD engine (float32 weights on a 24 GiB host),
+    every config takes turns in the slot, each with the whole KV budget: rounds still
+    alternate in one window, at one swap per block after the first. Engines up at once share
+    the CPU KV budget, so fewer of them get more each. Engines on a GPU or another machine
+    (docker_host) are not this host's memory: all resident.
 
     Raises:
-        EngineError: Not even the baseline and one SD config fit: one line with the estimate,
+        EngineError: Not even the largest engine fits alone: one line with the estimate,
             what the host has, and what to set instead.
     """
     labels = [s.label for s in specs]
@@ -187,29 +198,23 @@ def plan_residency(engine: EngineConfig, specs: Sequence[SpecConfig]) -> Residen
 
     everyone = at(len(labels))
     have = available_gib()
-    if engine.gpus or engine.docker_host or have is None or len(labels) < 3:
+    if engine.gpus or engine.docker_host or have is None:
         estimate = sum(resident_gib(e, by_label[lb]) for lb, e in everyone.items())
-        if have is not None and not engine.gpus and not engine.docker_host:
-            _refuse_unless_fits(estimate, have, everyone, by_label)
         return Residency(everyone, estimate_gib=estimate)
     baseline = [lb for lb in labels if not by_label[lb].is_speculative]
     speculative = [lb for lb in labels if by_label[lb].is_speculative]
-    smallest: tuple[float, dict[str, EngineConfig]] | None = None
     for up in range(len(labels), 1, -1):
         engines = at(up)
         gib = {lb: resident_gib(e, by_label[lb]) for lb, e in engines.items()}
-        if up == len(labels):
-            shared: list[str] = []
-        else:
-            shared = speculative[up - 1 - len(baseline) :]
+        shared = [] if up == len(labels) else speculative[up - 1 - len(baseline) :]
         resident = [lb for lb in labels if lb not in shared]
         need = sum(gib[lb] for lb in resident) + max((gib[lb] for lb in shared), default=0.0)
-        smallest = (need, engines)
         if need + HEADROOM_GIB <= have:
             return Residency(engines, tuple(shared), need)
-    assert smallest is not None
-    _refuse_unless_fits(smallest[0], have, smallest[1], by_label)
-    raise AssertionError("unreachable")
+    alone = at(1)
+    largest = max(resident_gib(e, by_label[lb]) for lb, e in alone.items())
+    _refuse_unless_fits(largest, have, alone, by_label)
+    return Residency(alone, tuple(labels), largest)
 
 
 def _refuse_unless_fits(
@@ -222,10 +227,10 @@ def _refuse_unless_fits(
         return
     each = ", ".join(f"{lb} {resident_gib(e, specs[lb]):.1f}" for lb, e in engines.items())
     raise EngineError(
-        f"interleave resident needs about {need:.1f} GiB for the engines up at once "
+        f"interleave resident needs about {need:.1f} GiB for the largest engine alone "
         f"({each}: {WEIGHT_FACTOR:g} x weights, KV cache and {RUNTIME_GIB:g} GiB each) and "
-        f"{HEADROOM_GIB:g} GiB for the sweep, and the host has {have:.1f} GiB available: set "
-        "interleave: relaunch (one launch per block), or use bfloat16 weights"
+        f"{HEADROOM_GIB:g} GiB for the sweep, and the host has {have:.1f} GiB available: "
+        f"use bfloat16 weights, a smaller {KV_SPACE_ENV} or a smaller model"
     )
 
 

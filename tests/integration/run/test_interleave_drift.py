@@ -155,14 +155,14 @@ class FailingSecondLaunch(SyntheticHost):
         return super().start_engine(engine, spec, log_path)
 
 
-def slot_sweep(tmp_path: Path, monkeypatch, host: SyntheticHost):
+def slot_sweep(tmp_path: Path, monkeypatch, host: SyntheticHost, available_gib: float = 18.0):
     """Three configs on a host whose memory holds two engines: the SD ones share a slot."""
     from speedbench.run import interleave
 
     # Two engines of 7.65 GiB (3 GiB of weights, 2 GiB of KV each) and 1.5 GiB fit 18 GiB;
-    # three of 6.65 GiB do not.
+    # three of 6.65 GiB do not. One of 9.65 GiB (4 GiB of KV) fits 12 GiB, two do not.
     monkeypatch.setattr(interleave, "weights_gib", lambda model: 3.0 if model else 0.0)
-    monkeypatch.setattr(interleave, "available_gib", lambda: 18.0)
+    monkeypatch.setattr(interleave, "available_gib", lambda: available_gib)
     engine = EngineConfig(
         model="m", launcher="local", port=free_port(), env={"VLLM_CPU_KVCACHE_SPACE": "4"}
     )
@@ -181,6 +181,24 @@ def test_sd_configs_that_do_not_fit_together_take_turns_in_one_slot(tmp_path, mo
     sd_launches = [label for label in host.launches if label != "none"]
     assert len(sd_launches) == 1 + 3 * 2
     assert all(a != b for a, b in itertools.pairwise(sd_launches))
+    rows = {(r.config, r.batch_size): r for r in summary.levels}
+    assert len(rows) == 6 and not summary.failures
+    for spec in (SD, SD2):
+        row = rows[(spec.label, 1)]
+        assert row.speedup_pairing == "interleaved"
+        assert row.speedup_interval is not None and row.speedup_interval.count == 3
+        assert row.speedup == pytest.approx(true_speedup_at(spec.num_speculative_tokens),
+                                            rel=0.05)  # fmt: skip
+
+
+def test_where_no_two_engines_fit_every_config_takes_turns_in_the_slot(tmp_path, monkeypatch):
+    host = SyntheticHost(None)
+    summary = slot_sweep(tmp_path, monkeypatch, host, available_gib=12.0)
+    # One engine up at a time: the first launch, then two swaps a round (3 rounds at each of
+    # 2 batch sizes), each round starting with the engine the last one left.
+    assert len(host.launches) == 1 + 3 * 2 * 2
+    assert all(a != b for a, b in itertools.pairwise(host.launches))
+    assert host.launches.count("none") >= 3
     rows = {(r.config, r.batch_size): r for r in summary.levels}
     assert len(rows) == 6 and not summary.failures
     for spec in (SD, SD2):

@@ -36,6 +36,29 @@ class GenerationProtocol(Result):
         )
 
 
+class SweepContext(Result):
+    """The engine's context, raised for prompts longer than its default (run/context.py).
+
+    Attributes:
+        max_model_len: The context the engines were launched with.
+        need_by_split: Each longer split's longest prompt plus its answer, in tokens.
+        target_trained: The target's trained context (None: not known from its config).
+        draft_trained: The draft's (None: no draft, or not known).
+    """
+
+    max_model_len: int
+    need_by_split: dict[str, int]
+    target_trained: int | None = None
+    draft_trained: int | None = None
+
+    @property
+    def beyond_draft(self) -> dict[str, int]:
+        """The splits whose prompts and answers exceed the draft's trained context."""
+        if self.draft_trained is None:
+            return {}
+        return {s: n for s, n in self.need_by_split.items() if n > self.draft_trained}
+
+
 class SweepProvenance(Result):
     """The engine, dtype, CPU and protocol a sweep's numbers rest on.
 
@@ -50,6 +73,7 @@ class SweepProvenance(Result):
         protocol: What was generated; None in files written before it was recorded.
         placeholders_skipped: SPEED-Bench rows left out as placeholders, by split (None
             unless the sweep skipped them): the figures rest on fewer questions.
+        context: The engine's context where the sweep raised it for long prompts.
     """
 
     engine: str | None = None
@@ -60,6 +84,7 @@ class SweepProvenance(Result):
     host_cpu: CpuInfo | None = None
     protocol: GenerationProtocol | None = None
     placeholders_skipped: dict[str, int] | None = None
+    context: SweepContext | None = None
 
     @classmethod
     def read(cls, path: Path) -> SweepProvenance | None:

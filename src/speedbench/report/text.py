@@ -440,6 +440,23 @@ def placeholders_note(summary: SweepSummary) -> list[str]:
     ]
 
 
+def context_note(summary: SweepSummary) -> list[str]:
+    """The engine's raised context, and a line per split beyond the draft's trained context."""
+    context = summary.provenance.context
+    if context is None:
+        return []
+    lines = [
+        f"- The engines ran with a {context.max_model_len:,}-token context for the longest "
+        f"prompts and answers ({max(context.need_by_split.values()):,} tokens)."
+    ]
+    return lines + [
+        f"- {split}: prompts and answers to {need:,} tokens, beyond the "
+        f"{context.draft_trained:,} the draft was trained to: its acceptance there is past its "
+        "training length."
+        for split, need in sorted(context.beyond_draft.items())
+    ]
+
+
 def sweep_sections(name: str, folder: Path, summary: SweepSummary) -> list[str]:
     """Every section of one sweep's report, in reading order; empty ones left out."""
     out: list[str] = []
@@ -452,6 +469,8 @@ def sweep_sections(name: str, folder: Path, summary: SweepSummary) -> list[str]:
     if note := fewer_turns_note(summary):
         out += ["", *note]
     if note := placeholders_note(summary):
+        out += ["", *note]
+    if note := context_note(summary):
         out += ["", *note]
     if table := views_table(summary):
         out += ["", f"## Acceptance length in every view ({name})", "", *table, "", VIEWS_NOTE]

@@ -43,12 +43,10 @@ from typing import Protocol
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineError
 from speedbench.engines.running import RunningEngine
+from speedbench.run.context import KV_SPACE_ENV, ModelContext, kv_gib
 from speedbench.run.level import LevelResult, LevelRun
 from speedbench.tokenize import PromptTokenizer
 from speedbench.workload import LoadSettings, WorkItem
-
-# The CPU KV budget (GiB) that vLLM-CPU engines kept up together divide among themselves.
-KV_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 
 
 def round_orders(
@@ -90,17 +88,19 @@ def round_orders(
     return orders
 
 
-def resident_engine(engine: EngineConfig, index: int, count: int) -> EngineConfig:
+def resident_engine(
+    engine: EngineConfig, index: int, count: int, floor_gib: int = 1
+) -> EngineConfig:
     """The ``index``-th of ``count`` engines kept up together: its own port, its KV share.
 
     vLLM-CPU reserves its KV cache up front (``VLLM_CPU_KVCACHE_SPACE`` GiB): engines up at
-    once divide the one budget (at least 1 GiB each), unless the host's environment sets the
-    size itself.
+    once divide the one budget (at least ``floor_gib`` each: what one sequence of the engine's
+    whole context takes), unless the host's environment sets the size itself.
     """
     update: dict[str, object] = {"port": engine.port + index}
     space = engine.env.get(KV_SPACE_ENV)
     if space is not None and KV_SPACE_ENV not in os.environ and count > 1:
-        share = max(1, int(float(space)) // count)
+        share = max(floor_gib, int(float(space)) // count)
         update["env"] = {**engine.env, KV_SPACE_ENV: str(share)}
     return engine.model_copy(update=update)
 
@@ -193,8 +193,18 @@ def plan_residency(engine: EngineConfig, specs: Sequence[SpecConfig]) -> Residen
     labels = [s.label for s in specs]
     by_label = {s.label: s for s in specs}
 
+    target = ModelContext.of(engine.model, engine.dtype)
+
+    def floor(spec: SpecConfig) -> int:  # one whole-context sequence of the config's models
+        return kv_gib(
+            engine.max_model_len or 0, target, ModelContext.of(spec.draft_model, engine.dtype)
+        )
+
     def at(count: int) -> dict[str, EngineConfig]:
-        return {label: resident_engine(engine, i, count) for i, label in enumerate(labels)}
+        return {
+            label: resident_engine(engine, i, count, floor(by_label[label]))
+            for i, label in enumerate(labels)
+        }
 
     everyone = at(len(labels))
     have = available_gib()

@@ -55,6 +55,7 @@ from speedbench.records import read_parquet
 from speedbench.report.html import write_sweep_report
 from speedbench.report.plots import write_plots
 from speedbench.run.best_k import recommendation_verdicts, with_best_k
+from speedbench.run.context import sized_for
 from speedbench.run.hooks import (
     DiskResume,
     GridPoint,
@@ -116,7 +117,15 @@ def run_sweep(
     target = engine_weights(target, weights_format)
     draft_source = draft  # the oracle's teacher-forced pass reads the provisioned weights
     draft = engine_weights(draft, weights_format) if draft else None
-    engine = engine_config(config, target)
+    engine, context = sized_for(
+        engine_config(config, target), items, tokenizer, config.protocol.output_len, draft
+    )
+    if context is not None:
+        print(f"context: {context.max_model_len:,} tokens, for prompts and answers to "
+              f"{max(context.need_by_split.values()):,}")  # fmt: skip
+        for split, need in context.beyond_draft.items():
+            log.warning("%s: prompts and answers to %s tokens, beyond the %s the draft was "
+                        "trained to", split, f"{need:,}", f"{context.draft_trained:,}")  # fmt: skip
     check_available(engine)
     passed_env(engine)  # a variable passed by name must be set before anything starts
     specs = [
@@ -132,9 +141,11 @@ def run_sweep(
     out = Path(config.output.out_dir) / config.name
     hooks = hooks or (SweepHooks() if config.output.force else DiskResume())
     summary = form_grid(config, engine, specs, items, hooks, tokenizer)
-    if config.prompts.skip_placeholders:  # what the numbers rest on: fewer questions
-        _, skipped = sweep_prompts(config)
-        provenance = summary.provenance.model_copy(update={"placeholders_skipped": skipped})
+    if config.prompts.skip_placeholders or context is not None:  # what the numbers rest on
+        update: dict[str, Any] = {"context": context}
+        if config.prompts.skip_placeholders:  # fewer questions
+            update["placeholders_skipped"] = sweep_prompts(config)[1]
+        provenance = summary.provenance.model_copy(update=update)
         summary = summary.model_copy(update={"provenance": provenance})
         summary.write(out / "summary.json")
     if config.draft_cost and draft:

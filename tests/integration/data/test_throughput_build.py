@@ -60,3 +60,27 @@ def test_random_control_mirrors_each_real_prompt(built):
         assert [r.category for r in rows] == [f"random_{c}" for c in real["category"]]
         items = [r.work_item() for r in rows]
         assert all(it.prompt_ids is not None and it.num_turns == 1 for it in items)
+
+
+def test_the_long_context_presets_16k_and_32k_buckets_build_offline(tmp_path):
+    """SPEED-Bench's two longest buckets from the packaged corpora, at the preset's size."""
+    from pathlib import Path
+
+    import yaml
+
+    preset = Path(__file__).parents[3] / "presets" / "long-context.yaml"
+    section = yaml.safe_load(preset.read_text())["throughput"]
+    long = {name: n for name, n in section["buckets"].items() if n > 8192}
+    assert set(long) == {"16k", "32k"}
+    # The 0.5B's tokenizer is the 1.5B's (the same files); make test provisions only the 0.5B.
+    params = ThroughputParams(**{**section, "buckets": long, "random_control": False,
+                                 "tokenizer": "qwen2.5-coder-0.5b-instruct"})  # fmt: skip
+    tok = PromptTokenizer.from_pretrained(str(provision("qwen2.5-coder-0.5b-instruct")))
+    build_throughput(params, tmp_path, tok, progress=False)
+    for name, target in long.items():
+        frame = pd.read_parquet(tmp_path / f"throughput_{name}.parquet")
+        assert sorted(frame["entropy_tier"]) == sorted(["low", "mixed", "high"] * 2)
+        for _, row in frame.iterrows():
+            assert abs(row["isl_tokens"] - target) <= params.tolerance * target, row["source"]
+        docs = [d for ids in frame["src_id"] for d in ids.split("+")]
+        assert len(docs) == len(set(docs)), name

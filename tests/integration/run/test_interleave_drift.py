@@ -163,6 +163,7 @@ def slot_sweep(tmp_path: Path, monkeypatch, host: SyntheticHost, available_gib: 
     # three of 6.65 GiB do not. One of 9.65 GiB (4 GiB of KV) fits 12 GiB, two do not.
     monkeypatch.setattr(interleave, "weights_gib", lambda model: 3.0 if model else 0.0)
     monkeypatch.setattr(interleave, "available_gib", lambda: available_gib)
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)  # make test sets its own
     engine = EngineConfig(
         model="m", launcher="local", port=free_port(), env={"VLLM_CPU_KVCACHE_SPACE": "4"}
     )

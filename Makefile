@@ -17,7 +17,10 @@ VLLM_NEXT := vllm==0.33.0
 VLLM_NEWEST := vllm==0.34.0
 SGLANG := sglang==0.5.5
 SGLANG_NEWEST := sglang==0.5.23
-CONTRACT_ENVS := .venv-vllm-0.33/.stamp .venv-vllm-0.34/.stamp .venv-sglang/.stamp .venv-sglang-0.5.23/.stamp
+# The peers' SPEED-Bench loaders (AIPerf's, and vLLM's bench serve's, which needs pandas) read
+# speedbench's exported splits in tests/integration/data/test_export_peers.py.
+AIPERF := aiperf==0.13.0
+CONTRACT_ENVS := .venv-vllm-0.33/.stamp .venv-vllm-0.34/.stamp .venv-sglang/.stamp .venv-sglang-0.5.23/.stamp .venv-peers/.stamp
 
 # `make` alone prints this list; it never starts the main job by accident.
 .DEFAULT_GOAL := help
@@ -34,7 +37,7 @@ help:
 	@echo "make check          ruff, the import rule, mypy and the unit tests (the developer loop)"
 	@echo "make lint           ruff check, format check and the import rule"
 	@echo "make format         ruff format and fix"
-	@echo "make contract-envs  vLLM 0.33's and 0.34's and SGLang 0.5.5's and 0.5.23's own code, for the contract tests"
+	@echo "make contract-envs  vLLM 0.33's and 0.34's, SGLang 0.5.5's and 0.5.23's and AIPerf's own code, for the contract tests"
 	@echo "make bench          benchmarks/real_pair.py"
 	@echo "make clean          remove the environments, caches and results"
 
@@ -144,6 +147,11 @@ contract-envs: $(CONTRACT_ENVS)
 .venv-sglang-0.5.23/.stamp: $(ENGINE_VENV)/.stamp
 	# and from 0.5.10 gguf too (its quantization layers); torchvision is stubbed by the checker.
 	scripts/layered_env.sh .venv-sglang-0.5.23 $(SGLANG_NEWEST) ipython traitlets orjson gguf
+.venv-peers/.stamp: $(ENGINE_VENV)/.stamp
+	# What AIPerf's dataset loaders import beyond the engine env, at AIPerf's own pins.
+	scripts/layered_env.sh .venv-peers $(AIPERF) 'aiofiles~=24.1.0' 'cyclopts>=4,<5' \
+	  'orjson~=3.11.7' 'ruamel.yaml~=0.18.12' 'ffmpeg-python~=0.2.0' future rich-rst \
+	  'pandas~=2.3.3' python-dateutil pytz tzdata
 
 lint: setup check-imports
 	$(VENV)/bin/ruff check .
@@ -170,4 +178,4 @@ bench: setup engine-env
 	$(PY) benchmarks/real_pair.py
 
 clean:
-	rm -rf $(VENV) $(ENGINE_VENV) .venv-vllm-0.33 .venv-vllm-0.34 .venv-sglang .venv-sglang-0.5.23 .cache results
+	rm -rf $(VENV) $(ENGINE_VENV) .venv-vllm-0.33 .venv-vllm-0.34 .venv-sglang .venv-sglang-0.5.23 .venv-peers .cache results

@@ -174,6 +174,14 @@ def _build_throughput(args: argparse.Namespace) -> None:
     print(f"splits: {Path(args.out).resolve()}")
 
 
+def _export_split(args: argparse.Namespace) -> None:
+    from speedbench.data.export import export_splits, format_summary
+
+    summary = export_splits(args.splits, args.out)
+    print(format_summary(summary))
+    print(f"SPEED-Bench layouts: {Path(args.out).resolve()}  (ids: {summary['question_ids']})")
+
+
 def _fetch_hub(args: argparse.Namespace) -> None:
     from speedbench.data.speed_bench import load_speed_bench
 
@@ -398,6 +406,21 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", default="data/throughput")
     t.add_argument("--report", default=None, help="length report JSON (default: in --out)")
     t.set_defaults(func=_build_throughput)
+
+    x = sub.add_parser(
+        "export-split",
+        help="write built splits in SPEED-Bench's layouts (NeMo-Skills JSONL, specdec_bench, hub)",
+        description="Each split file (or folder of them) that is a SPEED-Bench config "
+        "(qualitative.parquet, throughput_{1k,2k,8k,16k,32k}.parquet) is written under --out "
+        "as nemo_skills/<config>.jsonl (AIPerf, vllm bench serve), "
+        "specdec_bench/speed/<config>/test.parquet and hub/<config>/test-00000-of-00001.parquet, "
+        "with SPEED-Bench's columns and 32-character ids.",
+    )
+    x.add_argument(
+        "splits", nargs="+", help="split files or folders (data/qualitative data/throughput)"
+    )
+    x.add_argument("--out", default="data/speed_bench", help="folder of the three layouts")
+    x.set_defaults(func=_export_split)
 
     h = sub.add_parser("fetch-hub", help="load an official nvidia/SPEED-Bench split (network)")
     h.add_argument("config", help="qualitative, throughput_1k, ... throughput_32k")

@@ -113,8 +113,12 @@ def load_prompt_file(path: str | Path) -> list[PromptRow]:
         return parse_rows([r.model_dump() for r in rows], str(path))
     if path.suffix == ".parquet":
         import pandas as pd
+        import pyarrow as pa
 
-        frame = pd.read_parquet(path)
+        try:
+            frame = pd.read_parquet(path)
+        except (OSError, pa.ArrowException) as exc:
+            raise PromptSetError(f"{path}: not a readable Parquet file ({exc})") from None
         raw = frame.to_dict(orient="records")
         for r in raw:
             for col in ("turns", "prompt_token_ids"):

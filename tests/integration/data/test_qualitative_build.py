@@ -6,10 +6,14 @@ import sys
 
 import pandas as pd
 import pytest
+from tests.integration.data.peers import assert_export_reads_back_and_peers_read_it, peer_refusal
 
+from speedbench.data.export import hub_row, nemo_skills_row
 from speedbench.data.prompts import load_prompt_file
 from speedbench.data.qualitative import SPLIT_COLUMNS, QualitativeParams, build_qualitative
 from speedbench.data.sources import CATEGORIES
+from speedbench.provision.models import provision
+from speedbench.tokenize import PromptTokenizer
 
 
 @pytest.fixture(scope="module")
@@ -84,3 +88,20 @@ def test_cli_rejects_bad_params_in_one_line(tmp_path, args, message):
     )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
+
+
+def test_the_split_exports_in_speed_bench_layouts_that_aiperf_and_vllm_read(builds, tmp_path):
+    root = builds[0]
+    tok = PromptTokenizer.from_pretrained(str(provision("qwen2.5-coder-0.5b-instruct")))
+    split = root / "k3" / "qualitative.parquet"
+    summary = assert_export_reads_back_and_peers_read_it([split], tmp_path / "sb", tok)
+    assert summary["configs"]["qualitative"]["categories"] == dict.fromkeys(CATEGORIES, 3)
+
+
+def test_aiperf_refuses_speedbenchs_own_ids_which_is_why_the_export_maps_them(builds, tmp_path):
+    rows = load_prompt_file(builds[0] / "k3" / "qualitative.parquet")
+    with (tmp_path / "qualitative.jsonl").open("w") as fh:
+        for r in rows:  # the export's rows, but with speedbench's 17-character ids
+            raw = {**hub_row(r), "question_id": r.question_id}
+            fh.write(json.dumps(nemo_skills_row(raw)) + "\n")
+    assert "at least 32 characters" in peer_refusal("aiperf", tmp_path, "qualitative")

@@ -1,7 +1,10 @@
 """The default throughput split, built offline from the real corpora and the real tokenizer."""
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
+from tests.integration.data.peers import assert_export_reads_back_and_peers_read_it
 
 from speedbench.data.corpora import get_corpus
 from speedbench.data.prompts import load_prompt_file
@@ -84,3 +87,15 @@ def test_the_long_context_presets_16k_and_32k_buckets_build_offline(tmp_path):
             assert abs(row["isl_tokens"] - target) <= params.tolerance * target, row["source"]
         docs = [d for ids in frame["src_id"] for d in ids.split("+")]
         assert len(docs) == len(set(docs)), name
+
+
+def test_the_buckets_export_in_speed_bench_layouts_that_aiperf_and_vllm_read(built, tmp_path):
+    out, _, tok, params = built
+    summary = assert_export_reads_back_and_peers_read_it([out], tmp_path / "speed-bench", tok)
+    assert sorted(summary["configs"]) == sorted(f"throughput_{b}" for b in params.buckets)
+    for entry in summary["configs"].values():
+        assert entry["categories"] == {"high_entropy": 3, "low_entropy": 3, "mixed": 3}
+    # The random-token controls have no SPEED-Bench config and are named as skipped.
+    assert sorted(Path(p).name for p in summary["skipped"]) == sorted(
+        f"throughput_{b}_random.parquet" for b in params.buckets
+    )

@@ -30,19 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from speedbench.data.prompts import PromptRow, PromptSetError, load_prompt_file
+from speedbench.data.qualitative import SPLIT_COLUMNS
 from speedbench.data.speed_bench import CONFIGS, ENTROPY_TIERS
 
 LAYOUTS = ("nemo_skills", "specdec_bench", "hub")
-HUB_COLUMNS = (
-    "question_id",
-    "category",
-    "sub_category",
-    "turns",
-    "source",
-    "src_id",
-    "difficulty",
-    "multiturn",
-)
+# speedbench builds its splits with the hub's columns in the hub's order.
+HUB_COLUMNS = tuple(SPLIT_COLUMNS)
 TIER_CATEGORIES = {tier: category for category, tier in ENTROPY_TIERS.items()}
 CONTENT_ID = re.compile(r"^([a-z])([0-9a-f]{16})$")
 ID_LENGTH = 32

@@ -18,7 +18,7 @@ VLLM_NEWEST := vllm==0.34.0
 SGLANG := sglang==0.5.5
 SGLANG_NEWEST := sglang==0.5.23
 # The peers' SPEED-Bench loaders (AIPerf's, and vLLM's bench serve's, which needs pandas) read
-# speedbench's exported splits in tests/integration/data/test_export_peers.py.
+# speedbench's exported splits (tests/integration/data/peers.py, scripts/speed_bench_loaders.py).
 AIPERF := aiperf==0.13.0
 CONTRACT_ENVS := .venv-vllm-0.33/.stamp .venv-vllm-0.34/.stamp .venv-sglang/.stamp .venv-sglang-0.5.23/.stamp .venv-peers/.stamp
 

@@ -1,6 +1,6 @@
 """Read SPEED-Bench's NeMo-Skills JSONL files with a peer's own loader; print what it loaded.
 
-Runs inside the peer's environment (``.venv-engine`` for vLLM, ``.venv-aiperf`` for AIPerf), so
+Runs in ``.venv-peers`` (``make contract-envs``: AIPerf over the vLLM-CPU engine environment), so
 speedbench's exports are checked by the code users run, not by a copy of its schema:
 
     python scripts/speed_bench_loaders.py {vllm,aiperf} DIR CONFIG [CONFIG ...]

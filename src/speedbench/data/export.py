@@ -81,9 +81,7 @@ def config_of_split_file(path: Path) -> str | None:
     ``throughput_<bucket>`` where that is one of SPEED-Bench's five; the random controls and
     other buckets have no config.
     """
-    if path.suffix != ".parquet" or path.stem.endswith("_random"):
-        return None
-    return path.stem if path.stem in CONFIGS else None
+    return path.stem if path.suffix == ".parquet" and path.stem in CONFIGS else None
 
 
 def hub_row(row: PromptRow) -> dict[str, Any]:
@@ -203,7 +201,9 @@ def export_splits(splits: list[str | Path], out_dir: str | Path) -> dict[str, An
         summary["configs"][config] = {
             "from": str(path),
             "rows": len(rows),
-            "categories": dict(sorted(Counter(hub_row(r)["category"] for r in rows).items())),
+            "categories": dict(
+                sorted(Counter(TIER_CATEGORIES.get(r.category, r.category) for r in rows).items())
+            ),
             "files": {layout: str(p) for layout, p in written.items()},
         }
     id_file = Path(out_dir) / "question_ids.json"

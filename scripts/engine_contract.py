@@ -8,11 +8,13 @@ as JSON on stdin and writes verdicts as JSON on stdout:
 
 For each case the engine's own command-line parser parses ``argv`` (vLLM: the ``vllm serve``
 subcommand's parser and its ``validate``; SGLang: ``ServerArgs.add_cli_args``, without
-constructing ``ServerArgs``, whose post-init probes devices), and its own request models
-validate each body (vLLM: ``CompletionRequest``, whose unknown fields vLLM only logs and
-ignores, so they are reported here as errors; SGLang: ``GenerateReqInput`` and
-``SamplingParams``, dataclasses that refuse unknown fields). vLLM's speculative config is
-checked against the fields of its ``SpeculativeConfig`` dataclass and its method names.
+constructing ``ServerArgs``, whose post-init probes devices; an adaptive speculative
+config is loaded by ``AdaptiveSpeculativeParams``, which reports each batch size's draft
+steps), and its own request models validate each body (vLLM: ``CompletionRequest``, whose
+unknown fields vLLM only logs and ignores, so they are reported here as errors; SGLang:
+``GenerateReqInput`` and ``SamplingParams``, dataclasses that refuse unknown fields). vLLM's
+speculative config is checked against the fields of its ``SpeculativeConfig`` dataclass and
+its method names.
 
     .venv-engine/bin/python scripts/engine_contract.py vllm < cases.json
 """
@@ -235,6 +237,38 @@ class SGLang:
         """None if SGLang's parser takes ``argv``, else its error."""
         return parse_with(lambda: self.parser.parse_args(argv))[1]
 
+    def adaptive_steps(self, argv: list[str], config: Any, batch_sizes: int) -> Any:
+        """The draft steps SGLang's adaptive params give batch sizes 1..``batch_sizes``.
+
+        ``config`` is written where ``argv``'s ``--speculative-adaptive-config`` points and
+        loaded by ``AdaptiveSpeculativeParams`` from the parsed ``--speculative-num-steps``;
+        a list of steps, or the error (the parser's, or the loader's own validation).
+        """
+        import tempfile
+
+        try:
+            from sglang.srt.speculative.adaptive_spec_params import AdaptiveSpeculativeParams
+        except ImportError as exc:
+            return f"this SGLang has no adaptive speculative decoding ({exc})"
+        with tempfile.TemporaryDirectory() as tmp:
+            path = f"{tmp}/adaptive.json"
+            with open(path, "w") as f:
+                json.dump(config, f)
+            at = argv.index("--speculative-adaptive-config") + 1
+            args, error = parse_with(
+                lambda: self.parser.parse_args([*argv[:at], path, *argv[at + 1 :]])
+            )
+            if error:
+                return error
+            if not args.speculative_adaptive:
+                return "--speculative-adaptive not set"
+            params, error = parse_with(
+                lambda: AdaptiveSpeculativeParams(args.speculative_num_steps, path)
+            )
+        if error:
+            return error
+        return [params.get_steps_for_batch(b) for b in range(1, batch_sizes + 1)]
+
     def check_body(self, body: dict[str, Any]) -> str | None:
         """None if GenerateReqInput and SamplingParams take ``body``, else their error."""
 
@@ -266,6 +300,11 @@ def main() -> None:
                 "body_errors": [engine.check_body(b) for b in case.get("bodies", [])],
             }
         )
+        if "adaptive" in case and isinstance(engine, SGLang):
+            adaptive = case["adaptive"]
+            results[-1]["adaptive_steps"] = engine.adaptive_steps(
+                case["argv"], adaptive["config"], adaptive["batch_sizes"]
+            )
     out = {"engine": sys.argv[1], "version": engine.version, "results": results,
            "defaults": getattr(engine, "defaults", {}),
            "stubbed": getattr(engine, "stubbed", [])}  # fmt: skip

@@ -155,7 +155,9 @@ def _tune(args: argparse.Namespace) -> Any:
         raise ConfigError("--drafter draft_model needs --draft (the draft as the engine sees it)")
     ngram = None if args.drafter == "draft_model" else (args.ngram_min, args.ngram_max)
     try:
-        files = engine_schedules(args.drafter, plan.ranges, args.draft, ngram, args.sglang_image)
+        files = engine_schedules(
+            args.drafter, plan.ranges, args.draft, ngram, args.sglang_image, args.trtllm_image
+        )
     except UnsupportedSpecError as exc:
         raise ConfigError(str(exc)) from None
     print("\n".join(render_speedup(model)))
@@ -166,9 +168,37 @@ def _tune(args: argparse.Namespace) -> Any:
         first, last = launch["batch_sizes"]
         print(f"{files['sglang']['image']}, batch sizes {first}-{last}: {' '.join(launch['args'])}")
     out = Path(args.out) if args.out else sweep / "oracle" / f"schedule-{args.drafter}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    engine_files = write_engine_files(files, out.parent, args.drafter)
     write_json(out, files)
-    print(f"wrote {out}")
+    for path in [out, *engine_files]:
+        print(f"wrote {path}")
     return files
+
+
+def write_engine_files(files: dict[str, Any], folder: Path, drafter: str) -> list[Path]:
+    """The files an engine loads as they are: SGLang's adaptive config, TensorRT-LLM's YAML."""
+    import yaml
+
+    from speedbench.results import write_json
+
+    written = []
+    adaptive = files["sglang"].get("adaptive")
+    if adaptive is not None:
+        path = folder / f"sglang-adaptive-{drafter}.json"
+        adaptive["args"][-1] = adaptive["config_file"] = str(path)
+        write_json(path, adaptive["config"])
+        print(f"{files['sglang']['image']}, every batch size: {' '.join(adaptive['args'])}")
+        written.append(path)
+    trtllm = files["trtllm"]
+    if "unsupported" in trtllm:
+        print(f"TensorRT-LLM: no draft_len_schedule: {trtllm['unsupported']}")
+    else:
+        path = folder / f"trtllm-{drafter}.yaml"
+        path.write_text(yaml.safe_dump(trtllm["llm_api_options"], sort_keys=False))
+        print(f"{trtllm['image']}: trtllm-serve ... --extra_llm_api_options {path}")
+        written.append(path)
+    return written
 
 
 def add_oracle_commands(sub: Any) -> None:
@@ -251,6 +281,11 @@ def add_oracle_commands(sub: Any) -> None:
     tn.add_argument(
         "--sglang-image",
         help="the SGLang image whose release's flags the launches use (default: the pinned one)",
+    )
+    tn.add_argument(
+        "--trtllm-image",
+        help="the TensorRT-LLM image whose release's draft_len_schedule keys the YAML uses "
+        "(default: the pinned one)",
     )
     tn.add_argument("--ngram-min", type=int, default=1, help="ngram: shortest n-gram (1)")
     tn.add_argument("--ngram-max", type=int, default=4, help="ngram: longest n-gram (4)")

@@ -25,9 +25,15 @@ from speedbench import REPO_ROOT
 from speedbench.config import METHODS_NEEDING_DRAFT_MODEL, EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.engines.base import UnsupportedSpecError
+from speedbench.engines.releases import image_release
 from speedbench.engines.sglang import NGRAM_WINDOWS_REMOVED
 from speedbench.engines.vllm import CPU_TOKEN_BUDGET, cpu_vllm_engine
-from speedbench.oracle.schedule import sglang_specs, vllm_spec
+from speedbench.oracle.schedule import (
+    SGLANG_ADAPTIVE_SINCE,
+    sglang_adaptive_launch,
+    sglang_specs,
+    vllm_spec,
+)
 from speedbench.run.plan import SGLANG_DETERMINISTIC
 
 pytestmark = pytest.mark.integration
@@ -151,7 +157,32 @@ def schedule_cases(kind: str, python: str | None = None) -> list[dict]:
             ranged = engine.model_copy(update={"max_num_seqs": last})
             name = f"schedule/{method}-bs{first}-{last}"
             out.append({"name": name, "argv": adapter.server_args(ranged, spec)})
+    if kind == "sglang":
+        out.extend(adaptive_cases())
     return out
+
+
+def steps_by_batch_size(ranges, batch_sizes: int) -> list[int]:
+    """The schedule's k at batch sizes 1..``batch_sizes`` (the last range's k beyond it)."""
+    return [next((k for first, last, k in ranges if first <= b <= last), ranges[-1][2])
+            for b in range(1, batch_sizes + 1)]  # fmt: skip
+
+
+def adaptive_cases() -> list[dict]:
+    """SGLang's one adaptive EAGLE-3 launch for the schedule, a broken config, and its refusal.
+
+    Built for 0.5.23 even where the environment's release is older (0.5.5), which must refuse
+    the flags: speedbench offers the launch only from ``SGLANG_ADAPTIVE_SINCE``.
+    """
+    launch = sglang_adaptive_launch("eagle3", SCHEDULE, SGLANG_ADAPTIVE_SINCE, "/models/eagle3")
+    assert launch is not None
+    argv = ["--model-path", "/models/target", *launch["args"]]
+    broken = {**launch["config"], "5": {"candidate_steps": [-1]}}
+    return [
+        {"name": "adaptive/eagle3", "argv": argv,
+         "adaptive": {"config": launch["config"], "batch_sizes": 80}},
+        {"name": "adaptive/broken", "argv": argv, "adaptive": {"config": broken, "batch_sizes": 4}},
+    ]  # fmt: skip
 
 
 def misspelt(case: dict) -> dict:
@@ -205,7 +236,7 @@ def test_the_engine_accepts_every_argv_and_body(verdicts):
         name: (r["argv_error"], [e for e in r["body_errors"] if e])
         for name, r in results.items()
         if name != "misspelt"
-        and not name.startswith("release-free/")
+        and not name.startswith(("release-free/", "adaptive/"))
         and (r["argv_error"] or any(r["body_errors"]))
     }
     assert not refused, f"{kind} {version} refused: {refused}"
@@ -216,7 +247,7 @@ def test_the_engine_accepts_every_argv_and_body(verdicts):
     checked = {
         name.split("/")[1].split("-k")[0]
         for name in results
-        if "/" in name and not name.startswith("schedule/")
+        if "/" in name and not name.startswith(("schedule/", "adaptive/"))
     }
     assert checked == {"none", *METHODS[kind]}
 
@@ -272,6 +303,7 @@ def test_a_misspelt_flag_and_field_are_refused(verdicts):
 def test_the_schedule_is_taken_by_the_engine_and_a_broken_one_refused(verdicts):
     kind, version, _, out = verdicts
     names = [r["name"] for r in out["results"] if r["name"].startswith("schedule/")]
+    assert all(r["argv_error"] is None for r in out["results"] if r["name"] in names)
     # vLLM: one server for both drafters; SGLang: one launch per range and drafter.
     assert len(names) == (2 if kind == "vllm" else 2 * len(SCHEDULE))
     if kind != "vllm":
@@ -283,6 +315,25 @@ def test_the_schedule_is_taken_by_the_engine_and_a_broken_one_refused(verdicts):
     )  # fmt: skip
     (verdict,) = check(kind, version, [{"name": "gap", "argv": argv}])["results"]
     assert "must start at 1" in verdict["argv_error"]
+
+
+def test_sglang_s_adaptive_params_follow_the_schedule_at_every_batch_size(verdicts):
+    kind, version, _, out = verdicts
+    if kind != "sglang":
+        return
+    by_name = {r["name"]: r for r in out["results"]}
+    steps, broken = by_name["adaptive/eagle3"], by_name["adaptive/broken"]
+    if image_release(f":{version}") >= SGLANG_ADAPTIVE_SINCE:
+        # 1-4 draft 3, 5-12 draft 2, 13 and above none, up to 80 streams.
+        assert steps["argv_error"] is None
+        assert steps["adaptive_steps"] == steps_by_batch_size(SCHEDULE, 80)
+        assert "candidate_steps must be a list of non-negative ints" in broken["adaptive_steps"]
+    else:
+        # The release has no adaptive SD: its parser refuses the flag, speedbench never offers it.
+        assert "unrecognized arguments" in steps["argv_error"]
+        assert "no adaptive speculative decoding" in steps["adaptive_steps"]
+        assert sglang_adaptive_launch("eagle3", SCHEDULE, image_release(f":{version}")) is None
+    assert sglang_adaptive_launch("draft_model", SCHEDULE, SGLANG_ADAPTIVE_SINCE, "/m") is None
 
 
 def test_the_checker_runs_in_the_engine_env_not_speedbench_s():

@@ -5,7 +5,9 @@ options of ``trtllm-serve`` (a click command), the fields of its ``CompletionReq
 (``extra="forbid"``) and the LLM-API keys are read from tests/contracts/trtllm.json, which cites
 the source files and commits they were transcribed from. The argv is parsed by a click command
 with exactly those options, as trtllm-serve's own click parser would; bodies by a pydantic model
-with exactly those fields and ``extra="forbid"``.
+with exactly those fields and ``extra="forbid"``. A draft-length schedule is validated by the
+rules of ``draft_len_schedule``'s validator in each release and read back by the meaning its keys
+have there (they changed in PR #10860).
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from pathlib import Path
 import click
 import pytest
 import yaml
-from pydantic import ConfigDict, ValidationError, create_model
+from pydantic import ConfigDict, ValidationError, create_model, field_validator
 
 from speedbench.config import METHODS_NEEDING_DRAFT_MODEL, EngineConfig, SpecConfig
 from speedbench.engines import get_engine
 from speedbench.engines.base import UnsupportedSpecError
+from speedbench.engines.releases import image_release
+from speedbench.oracle.schedule import engine_schedules, trtllm_draft_len_schedule, trtllm_options
 
 CONTRACT = json.loads((Path(__file__).parents[2] / "contracts" / "trtllm.json").read_text())
 TYPES = {"str": str, "int": int, "float": float}
@@ -154,3 +158,120 @@ def test_a_draft_model_on_an_image_without_a_release_is_refused_before_launch():
         adapter.server_args(engine, spec)
     # The methods spelt alike in every release need no release.
     adapter.server_args(engine, SpecConfig(method="ngram", num_speculative_tokens=3))
+
+
+# A schedule as `speedbench tune` writes it: k = 3 up to 4 streams, 2 up to 12, SD off above.
+SCHEDULE = [(1, 4, 3), (5, 12, 2), (13, 64, 0)]
+
+
+def decoding_config(release: str, decoding_type: str) -> type:
+    """The release's decoding config as transcribed.
+
+    Its fields, ``extra="forbid"``, and draft_len_schedule's validator (its rules in the
+    contract).
+    """
+    decoding = RELEASES[release]
+    rules = decoding["draft_len_schedule"]
+    fields = [*decoding["decoding_base"], *decoding["decoding_types"][decoding_type]]
+
+    def check_schedule(cls, v, info):
+        if v is None:
+            return v
+        if any(b < 1 for b in v) or any(k < 0 for k in v.values()):
+            raise ValueError("draft_len_schedule: batch sizes >= 1 and draft lengths >= 0")
+        if rules["must_hold_key"] is not None and rules["must_hold_key"] not in v:
+            raise ValueError(f"draft_len_schedule must include {rules['must_hold_key']}")
+        top = info.data.get("max_draft_len")
+        if top is not None and v[min(v)] != top:
+            raise ValueError("draft_len_schedule's smallest key must draft max_draft_len")
+        if top is not None and any(k > top for k in v.values()):
+            raise ValueError("draft_len_schedule: all draft lengths must be <= max_draft_len")
+        return dict(sorted(v.items()))
+
+    annotations = {name: (object, None) for name in fields}
+    annotations["max_draft_len"] = (int | None, None)
+    annotations["draft_len_schedule"] = (dict[int, int] | None, None)
+    return create_model(
+        f"{decoding_type}DecodingConfig",
+        __config__=ConfigDict(extra="forbid"),
+        __validators__={"schedule": field_validator("draft_len_schedule")(check_schedule)},
+        **annotations,
+    )
+
+
+def draft_len_at(release: str, schedule: dict[int, int], batch_size: int) -> int:
+    """The draft length TensorRT-LLM ``release`` runs at ``batch_size``, by its keys' meaning."""
+    rules = RELEASES[release]["draft_len_schedule"]
+    keys = sorted(schedule)
+    if rules["keys"].startswith("smallest"):
+        return schedule[max(k for k in keys if k <= batch_size)]
+    at = [k for k in keys if k >= batch_size]
+    return schedule[at[0]] if at else rules["beyond_the_largest_key"]
+
+
+def expected_k(batch_size: int, beyond) -> int:
+    k = next((k for first, last, k in SCHEDULE if first <= batch_size <= last), None)
+    return k if k is not None else (SCHEDULE[-1][2] if beyond != 0 else 0)
+
+
+@pytest.mark.parametrize("release", sorted(RELEASES))
+@pytest.mark.parametrize("method", ["eagle3", "draft_model", "ngram"])
+def test_the_schedule_yaml_drafts_the_schedule_s_k_at_every_batch_size(release, method):
+    draft = "/models/draft" if method in METHODS_NEEDING_DRAFT_MODEL else None
+    options = trtllm_options(method, SCHEDULE, image_release(IMAGES[release]), draft)
+    options = yaml.safe_load(yaml.safe_dump(options))  # as the server reads the file
+    assert set(options) <= set(CONTRACT["llm_api_options"]["top_level"])
+    config = dict(options["speculative_config"])
+    model = decoding_config(release, config["decoding_type"]).model_validate(config)
+    schedule = model.draft_len_schedule
+    beyond = RELEASES[release]["draft_len_schedule"]["beyond_the_largest_key"]
+    # 1-4 draft 3, 5-12 draft 2, 13-64 none, and past the schedule's last batch size as well.
+    assert [draft_len_at(release, schedule, b) for b in range(1, 129)] == [
+        expected_k(b, beyond) for b in range(1, 129)
+    ]
+    assert model.max_draft_len == 3
+
+
+def test_the_keys_changed_meaning_between_releases():
+    # {1: 3, 5: 2, 13: 0} up to 1.2 (smallest batch size of each length); {4: 3, 12: 2} on main.
+    written = {
+        release: trtllm_draft_len_schedule(SCHEDULE, image_release(image))
+        for release, image in IMAGES.items()
+    }
+    assert written == {"1.2.0": {1: 3, 5: 2, 13: 0}, "main": {4: 3, 12: 2}}
+    # The old keys on main would draft 3 at batch size 1 only and 2 at 2-5: the bug a release
+    # change would make silently.
+    assert [draft_len_at("main", written["1.2.0"], b) for b in (1, 2, 5, 6)] == [3, 2, 2, 0]
+
+
+def test_a_schedule_trtllm_cannot_hold_is_refused_by_it_and_by_speedbench():
+    rising = [(1, 2, 1), (3, 8, 3)]  # more drafts at 3-8 than at 1
+    for release, image in IMAGES.items():
+        with pytest.raises(UnsupportedSpecError, match="smallest batch size to draft"):
+            trtllm_draft_len_schedule(rising, image_release(image))
+        model = decoding_config(release, "NGram")
+        with pytest.raises(ValidationError, match="smallest key must draft max_draft_len"):
+            model.model_validate({"max_draft_len": 3, "draft_len_schedule": {1: 1, 3: 3}})
+        with pytest.raises(ValidationError, match="draft_length_schedule"):
+            model.model_validate({"max_draft_len": 3, "draft_length_schedule": {1: 3}})
+    with pytest.raises(ValidationError, match="must include 1"):
+        decoding_config("1.2.0", "NGram").model_validate(
+            {"max_draft_len": 3, "draft_len_schedule": {4: 3}}
+        )
+    with pytest.raises(UnsupportedSpecError, match="release is unknown"):
+        trtllm_draft_len_schedule(SCHEDULE, None)
+    # SD off at every batch size: no speculative_config at all.
+    assert trtllm_options("ngram", [(1, 64, 0)], (1, 2, 0)) == {}
+
+
+def test_engine_schedules_carry_every_engine_and_say_why_not():
+    files = engine_schedules("ngram", [(1, 2, 1), (3, 8, 3)], ngram=(1, 4))
+    assert "smallest batch size to draft" in files["trtllm"]["unsupported"]
+    assert "adaptive" not in files["sglang"]  # the pinned SGLang 0.5.5 has none, ngram neither
+    files = engine_schedules("eagle3", SCHEDULE, "/m/e3", sglang_image="lmsysorg/sglang:v0.5.23")
+    assert files["sglang"]["adaptive"]["config"] == {
+        "1": {"candidate_steps": [3]}, "5": {"candidate_steps": [2]}, "13": {"candidate_steps": [0]}
+    }  # fmt: skip
+    assert files["trtllm"]["llm_api_options"]["speculative_config"]["draft_len_schedule"] == {
+        1: 3, 5: 2, 13: 0
+    }  # fmt: skip

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -288,6 +290,29 @@ def test_sglang_launches_carry_the_flags_of_the_release_they_name():
         engine_schedules(
             "ngram", [(1, 4, 3)], None, (1, 4), sglang_image="lmsysorg/sglang:v0.5.23-cu129"
         )
+
+
+def test_tune_writes_the_files_sglang_and_trtllm_load_as_they_are(tmp_path, capsys):
+    import yaml
+
+    from speedbench.oracle_cli import write_engine_files
+
+    files = engine_schedules(
+        "eagle3", [(1, 4, 3), (5, 8, 3), (9, 16, 1)], "/m/e3", None, "lmsysorg/sglang:v0.5.23"
+    )
+    written = write_engine_files(files, tmp_path, "eagle3")
+    assert [p.name for p in written] == ["sglang-adaptive-eagle3.json", "trtllm-eagle3.yaml"]
+    # One adaptive server, pointed at the file written: 1-8 draft 3 (merged), 9 and above 1.
+    adaptive = files["sglang"]["adaptive"]
+    assert adaptive["args"][-2:] == ["--speculative-adaptive-config", str(written[0])]
+    assert json.loads(written[0].read_text()) == {
+        "1": {"candidate_steps": [3]}, "9": {"candidate_steps": [1]}
+    }  # fmt: skip
+    # The pinned TensorRT-LLM (1.2.0): keys are each length's smallest batch size.
+    options = yaml.safe_load(written[1].read_text())
+    assert options["speculative_config"]["draft_len_schedule"] == {1: 3, 9: 1}
+    assert options["speculative_config"]["max_draft_len"] == 3
+    assert "trtllm-serve ... --extra_llm_api_options" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

@@ -201,8 +201,86 @@ def write_engine_files(files: dict[str, Any], folder: Path, drafter: str) -> lis
     return written
 
 
+def _profile_export(args: argparse.Namespace) -> list[Path]:
+    from speedbench.oracle.profile import export_profiles
+    from speedbench.pipeline.stages import upgrade
+
+    source = Path(args.acceptance)
+    try:
+        levels = upgrade(json.loads(source.read_text()))
+        written = export_profiles(levels, args.view, Path(args.out), str(source))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{source}: {exc}" if str(source) not in str(exc) else str(exc)) from None
+    print(f"wrote {len(written)} profiles ({args.view} view) to {args.out}")
+    return written
+
+
+def _profile_predict(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from speedbench.oracle.profile import read_profile
+    from speedbench.pipeline.stages import upgrade
+
+    try:
+        profile = read_profile(Path(args.profile))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    view = profile.measurement_conditions.get("acceptance_view")
+    split = profile.measurement_conditions.get("split")
+    against: dict[str, Any] = {}
+    if args.against:
+        levels = upgrade(json.loads(Path(args.against).read_text()))
+        prefix = f"oracle-{profile.method}-k"
+        against = {key: figures for key, figures in levels.items()
+                   if key.startswith(prefix) and f"/{split}/" in key}  # fmt: skip
+    rows = []
+    print(f"{profile.method}, k = {profile.num_speculative_tokens} ({view or 'unnamed'} view, "
+          f"{profile.accept_length_model}): AL per step")  # fmt: skip
+    for k in range(1, profile.num_speculative_tokens + 1):
+        predicted = profile.al_at(k)
+        row: dict[str, Any] = {"k": k, "al_predicted": predicted}
+        oracle = next(
+            (f for key, f in against.items() if key.split("/")[0].endswith(f"-k{k}")), None
+        )
+        if oracle is not None and view in oracle:
+            row["al_oracle"] = oracle[view]["al_token_weighted"]
+            row["error"] = predicted / row["al_oracle"] - 1
+            print(f"  k={k}: {predicted:.4f}  oracle {row['al_oracle']:.4f}  "
+                  f"({100 * row['error']:+.2f} %)")  # fmt: skip
+        else:
+            print(f"  k={k}: {predicted:.4f}")
+        rows.append(row)
+    return rows
+
+
 def add_oracle_commands(sub: Any) -> None:
-    """Add ``oracle``, ``oracle-sampled`` and ``tune`` to a subparsers action."""
+    """Add ``oracle``, ``oracle-sampled``, ``tune`` and ``profile`` to a subparsers action."""
+    pf = sub.add_parser(
+        "profile",
+        help="acceptance profiles as speculation_profile.json: export a stage's, predict from one",
+        description="export: one speculation_profile.json (Model-Optimizer's form: conditional "
+        "and marginal AR per position, AL per step and per request) per SD level of a stage's "
+        "acceptance.json, from one named view. predict: AL at every k up to the profile's own "
+        "(1 + sum of the marginal rates), beside the oracle's own figure where --against "
+        "names a stage's acceptance.json.",
+    )
+    pf_sub = pf.add_subparsers(dest="profile_command", required=True)
+    pe = pf_sub.add_parser("export", help="write a stage's SD levels as profiles")
+    pe.add_argument(
+        "--acceptance",
+        default="results/metrics/qualitative/acceptance.json",
+        help="a stage's acceptance.json (default: the main job's qualitative stage)",
+    )
+    pe.add_argument(
+        "--view",
+        default="speed_bench",
+        choices=["speed_bench", "stream", "engine", "counters"],
+        help="the acceptance view the profiles are written from (default: SPEED-Bench's own)",
+    )
+    pe.add_argument("--out", default="results/profiles", help="the folder written to")
+    pe.set_defaults(func=_profile_export)
+    pp = pf_sub.add_parser("predict", help="AL at every k from one profile")
+    pp.add_argument("profile", help="a speculation_profile.json")
+    pp.add_argument("--against", help="an acceptance.json whose oracle levels to compare with")
+    pp.set_defaults(func=_profile_predict)
     oc = sub.add_parser(
         "oracle",
         help="predict greedy acceptance for every k from a measured baseline level",

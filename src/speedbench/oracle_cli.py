@@ -146,11 +146,24 @@ def _tune(args: argparse.Namespace) -> Any:
             f"{sweep}: no oracle/speedup_model.json (a sweep folder whose sweep ran the oracle "
             "and draft_cost, e.g. results/qualitative)"
         )
-    plans = [s for s in model.schedules if s.drafter == args.drafter]
-    if not plans:
-        made = sorted({s.drafter for s in model.schedules}) or ["none"]
-        raise ConfigError(f"{sweep}: no schedule for {args.drafter}; it has {', '.join(made)}")
-    plan = plans[0]
+    if args.profile:
+        from speedbench.oracle.in_sweep import profile_schedule
+        from speedbench.oracle.profile import read_profile
+
+        try:
+            profile = read_profile(Path(args.profile))
+            plan = profile_schedule(sweep, profile)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        args.drafter = profile.method
+        print(f"{args.profile}: {profile.method} up to k = {profile.num_speculative_tokens}, "
+              f"priced by {sweep}'s step costs: {plan.ranges}")  # fmt: skip
+    else:
+        plans = [s for s in model.schedules if s.drafter == args.drafter]
+        if not plans:
+            made = sorted({s.drafter for s in model.schedules}) or ["none"]
+            raise ConfigError(f"{sweep}: no schedule for {args.drafter}; it has {', '.join(made)}")
+        plan = plans[0]
     if args.drafter == "draft_model" and not args.draft:
         raise ConfigError("--drafter draft_model needs --draft (the draft as the engine sees it)")
     ngram = None if args.drafter == "draft_model" else (args.ngram_min, args.ngram_max)
@@ -167,7 +180,8 @@ def _tune(args: argparse.Namespace) -> Any:
     for launch in files["sglang"]["launches"]:
         first, last = launch["batch_sizes"]
         print(f"{files['sglang']['image']}, batch sizes {first}-{last}: {' '.join(launch['args'])}")
-    out = Path(args.out) if args.out else sweep / "oracle" / f"schedule-{args.drafter}.json"
+    name = f"schedule-{args.drafter}{'-profile' if args.profile else ''}.json"
+    out = Path(args.out) if args.out else sweep / "oracle" / name
     out.parent.mkdir(parents=True, exist_ok=True)
     engine_files = write_engine_files(files, out.parent, args.drafter)
     write_json(out, files)
@@ -336,13 +350,19 @@ def add_oracle_commands(sub: Any) -> None:
 
     tn = sub.add_parser(
         "tune",
-        help="the draft length for every batch size, as vLLM and SGLang load it",
+        help="the draft length for every batch size, as vLLM, SGLang and TensorRT-LLM load it",
         description="Read a sweep's speedup model (its step costs and the oracle's AL for "
-        "every k) and write the best k per batch-size range: vLLM's --speculative-config with "
-        "num_speculative_tokens_per_batch_size, and one SGLang launch per range.",
+        "every k, or a --profile's) and write the best k per batch-size range in each engine's "
+        "syntax: vLLM's --speculative-config with num_speculative_tokens_per_batch_size, SGLang's "
+        "launches per range and adaptive config, TensorRT-LLM's draft_len_schedule YAML.",
     )
     tn.add_argument("--results", required=True, help="a sweep folder (e.g. results/qualitative)")
     tn.add_argument("--drafter", default="draft_model", choices=["draft_model", "ngram"])
+    tn.add_argument(
+        "--profile",
+        help="a speculation_profile.json (measured elsewhere) whose acceptance the schedule is "
+        "made from, priced by this sweep's step costs (its drafter replaces --drafter)",
+    )
     tn.add_argument("--draft", help="draft_model: the draft's path or id as the engine sees it")
     tn.add_argument(
         "--refit",

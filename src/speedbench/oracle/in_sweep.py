@@ -50,11 +50,20 @@ from speedbench.oracle.predict import (
     figures_at,
     predict,
 )
-from speedbench.oracle.recommend import SPEEDUP_MODEL_FILE, SpeedupModel, speedup_model
+from speedbench.oracle.profile import SpeculationProfile, profile_requests
+from speedbench.oracle.recommend import (
+    MIN_CHANGE,
+    SPEEDUP_MODEL_FILE,
+    KSchedule,
+    SpeedupModel,
+    schedule,
+    speedup_model,
+)
 from speedbench.oracle.schedule import engine_schedules
+from speedbench.oracle.speedup import ReplayRequest
 from speedbench.oracle.variants import PrunedVocab, draft_variants, pruned_vocab
 from speedbench.provision.models import resolve_dtype
-from speedbench.records import read_parquet
+from speedbench.records import measured, read_parquet
 from speedbench.results import LevelMetrics, write_json
 from speedbench.sweep_config import SweepConfig
 from speedbench.sweep_summary import ConfigFailure, SummaryRow, SweepSummary
@@ -410,3 +419,56 @@ def oracle_scalars(levels: Sequence[OracleLevel]) -> dict[str, float]:
             out[f"{prefix}.best_k.bs{bs}"] = float(k)
         out[f"{prefix}.seconds"] = level.seconds
     return out
+
+
+def profile_schedule(
+    out: Path, profile: SpeculationProfile, max_batch_size: int | None = None
+) -> KSchedule:
+    """The schedule a speculation profile implies on this sweep's host (``tune --profile``).
+
+    The sweep's fitted step costs price it (the target's, and the profile's drafter's passes:
+    a draft model's or prompt lookup's, fitted on this sweep's SD levels); the requests are
+    the oracle's baseline of the profile's split (else the sweep's largest-batch baseline),
+    their steps drawn from the profile at every k up to its own
+    (:func:`~speedbench.oracle.profile.profile_requests`). Batch sizes run 1..the largest the
+    sweep measured.
+
+    Raises:
+        ValueError: No speedup model, no fitted cost for the profile's drafter, or no
+            baseline records to replay.
+    """
+    model = read_speedup_model(out)
+    if model is None:
+        raise ValueError(f"{out}: no oracle/speedup_model.json to price the profile with")
+    fitted = {"draft_model": model.draft_pass, "ngram": model.ngram_search}
+    if fitted.get(profile.method) is None:
+        raise ValueError(
+            f"{out}: the speedup model has no fitted pass cost for {profile.method} (it has "
+            f"{', '.join(m for m, c in fitted.items() if c is not None) or 'none'}): this "
+            "host has not measured that drafter's cost"
+        )
+    summary = SweepSummary.read(out / "summary.json")
+    split = profile.measurement_conditions.get("split")
+    folders = [Path(level.baseline) for level in read_oracle(out) if level.split == split]
+    closed = [r for r in summary.levels if not r.open_loop and not r.is_speculative]
+    folders += [out / r.config / r.split / r.load
+                for r in sorted(closed, key=lambda r: -r.batch_size)]  # fmt: skip
+    folder = next((f for f in folders if (f / "records.parquet").exists()), None)
+    if folder is None:
+        raise ValueError(f"{out}: no baseline records to replay the profile on")
+    sent = sorted((r for r in measured(read_parquet(folder / "records.parquet")) if r.repeat == 0),
+                  key=lambda r: r.start_s)  # fmt: skip
+    baseline = [ReplayRequest.baseline(r.prompt_tokens, r.output_tokens)
+                for r in sent]  # fmt: skip
+    ks = range(1, profile.num_speculative_tokens + 1)
+    if profile.accept_length_model != "chain_analytic":
+        ks = range(profile.num_speculative_tokens, profile.num_speculative_tokens + 1)
+    requests = {0: baseline, **{k: profile_requests(baseline, profile, k) for k in ks}}
+    top = max_batch_size or max((r.batch_size for r in closed), default=1)
+    passes = fitted[profile.method]
+    assert passes is not None  # checked above
+    ranges, gains = schedule(requests, top, model.target.costs(), passes.costs(),
+                             profile.method, model.measured_ks, model.token_budget,
+                             model.noise.get(profile.method, MIN_CHANGE - 1))  # fmt: skip
+    return KSchedule(drafter=profile.method, split=split or folder.parent.name,
+                     ranges=ranges, speedup=gains)  # fmt: skip

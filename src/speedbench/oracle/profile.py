@@ -26,11 +26,13 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from speedbench.oracle.speedup import ReplayRequest
 
 # Methods whose first j drafts are the same whatever k is (the profile extrapolates below k).
 CHAIN_METHODS = ("draft_model", "eagle", "eagle3", "mtp", "ngram")
@@ -39,6 +41,9 @@ LEVEL_KEY = re.compile(r"^(?P<oracle>oracle-)?(?P<method>[a-z0-9_]+)-k(?P<k>\d+)
 # Tolerances of the identities a profile must satisfy (its figures are rounded to 6 digits).
 RATE_TOLERANCE = 1e-4
 AL_TOLERANCE = 1e-3
+# The golden ratio's fractional part: successive multiples fill [0, 1) evenly, so the steps a
+# profile draws follow its distribution closely even over a few hundred steps.
+GOLDEN = (5**0.5 - 1) / 2
 
 
 class SpeculationProfile(BaseModel):
@@ -117,6 +122,46 @@ class SpeculationProfile(BaseModel):
                 f"a {self.accept_length_model} profile of k = {top} predicts nothing at k = {k}"
             )
         return 1.0 + sum(self.marginal_accept_rates[:k])
+
+
+def accepted_pmf(profile: SpeculationProfile, k: int) -> list[float]:
+    """P(a step accepts exactly a drafts), a = 0..k, at draft length ``k``.
+
+    Below the profile's own k by the chain rule: a step of k accepts min(a, k) of what the
+    longer one would.
+    """
+    profile.al_at(k)  # refuses a k the profile cannot speak for
+    survival = [1.0, *profile.marginal_accept_rates[:k], 0.0]
+    return [max(survival[a] - survival[a + 1], 0.0) for a in range(k + 1)]
+
+
+def profile_requests(
+    baseline: Sequence[ReplayRequest], profile: SpeculationProfile, k: int, seed: int = 0
+) -> list[ReplayRequest]:
+    """The baseline's requests under SD at ``k``, their steps drawn from the profile.
+
+    Each request keeps its prompt and answer length; after the prefill's token, its answer is
+    cut into steps of ``accepted + 1`` tokens, the accepted counts following the profile's
+    distribution at ``k`` in a deterministic low-discrepancy order (``seed`` shifts it), the
+    last step cut by the answer's end. Every step drafts ``k`` (a profile does not say which
+    prompt-lookup steps found no match). A ``speed_bench``-view profile counts the prefill
+    step as a rejected one, so it drives a replay low by that share; a ``stream`` one does not.
+    """
+    pmf = accepted_pmf(profile, k)
+    cdf = list(itertools.accumulate(pmf))
+    u = (seed * GOLDEN) % 1.0
+    out = []
+    for request in baseline:
+        left = len(request.chunks) - 1  # tokens after the prefill's
+        chunks, drafted = [1], [0]
+        while left > 0:
+            u = (u + GOLDEN) % 1.0
+            accepted = next((a for a, c in enumerate(cdf) if u < c), k)
+            chunks.append(min(accepted + 1, left))
+            drafted.append(k)
+            left -= chunks[-1]
+        out.append(ReplayRequest(request.prompt_tokens, tuple(chunks), tuple(drafted)))
+    return out
 
 
 def profile_of(

@@ -317,6 +317,35 @@ def test_the_speedup_model_predicts_each_measured_level_without_its_timings(swep
     assert {"speedup_model.json", "schedule-draft_model.json", "speedup_model.png"} <= arts
 
 
+def test_a_profile_of_the_sweep_drives_its_speedup_model_to_a_schedule(swept, tmp_path, capsys):
+    """Export the draft level's acceptance as speculation_profile.json, tune from it again."""
+    import json
+
+    from speedbench.cli import main
+    from speedbench.oracle.profile import export_profiles, read_profile
+    from speedbench.oracle.schedule import check_ranges
+
+    summary, _, config, _ = swept
+    out = Path(config.output.out_dir) / config.name
+    levels = {f"{r.config}/{r.split}/{r.load}": {n: v.figures() for n, v in r.views.items()}
+              for r in summary.levels}  # fmt: skip
+    written = export_profiles(levels, "stream", tmp_path, "the flow's summary")
+    profile_path = next(p for p in written if p.name.startswith(f"draft_model-k{K}_mtbench_bs1"))
+    profile = read_profile(profile_path)
+    # draft == target: every draft accepted, every step k + 1 tokens.
+    assert profile.marginal_accept_rates == [1.0] * K and profile.al_at(1) == 2.0
+    assert main(["tune", "--results", str(out), "--profile", str(profile_path),
+                 "--draft", "/models/draft"]) == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    assert f"up to k = {K}, priced by" in printed and "trtllm-serve" in printed
+    files = json.loads((out / "oracle" / "schedule-draft_model-profile.json").read_text())
+    ranges = [tuple(x) for x in files["ranges"]]
+    check_ranges(ranges)
+    assert ranges[-1][1] == 2 and all(k <= K for _, _, k in ranges)  # the profile's k at most
+    # The sweep's own schedule is untouched (the profile's has its own name).
+    assert (out / "oracle" / "schedule-draft_model.json").exists()
+
+
 def test_the_report_shows_the_oracle(swept):
     from speedbench.report.text import render
 

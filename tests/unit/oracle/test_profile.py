@@ -10,10 +10,13 @@ from speedbench import REPO_ROOT
 from speedbench.cli import main
 from speedbench.oracle.profile import (
     PROFILE_SUFFIX,
+    accepted_pmf,
     export_profiles,
     profile_of,
+    profile_requests,
     read_profile,
 )
+from speedbench.oracle.speedup import ReplayRequest
 from speedbench.pipeline.stages import upgrade
 
 MAIN_JOB = REPO_ROOT / "results" / "metrics" / "qualitative" / "acceptance.json"
@@ -132,3 +135,21 @@ def test_export_and_predict_refuse_bad_input_in_one_line(tmp_path, capsys):
     assert "is not 1 + sum(marginal)" in err and len(err.strip().splitlines()) == 1
     with pytest.raises(ValueError, match="no SD level holds the server view"):
         export_profiles(upgrade(json.loads(MAIN_JOB.read_text())), "server", tmp_path, "x")
+
+
+def test_a_profile_cuts_each_answer_into_steps_that_follow_its_distribution():
+    profile = profile_of(STEPS_VIEW, "draft_model", 3, True, CONDITIONS)
+    baseline = [ReplayRequest.baseline(50, 401) for _ in range(25)]  # 400 tokens after prefill
+    for k, pmf in ((3, [0.25, 0.25, 0.0, 0.5]), (2, [0.25, 0.25, 0.5]), (1, [0.25, 0.75])):
+        assert accepted_pmf(profile, k) == pytest.approx(pmf)
+        requests = profile_requests(baseline, profile, k)
+        assert [sum(r.chunks) for r in requests] == [401] * 25  # every answer kept whole
+        assert all(r.prompt_tokens == 50 and r.chunks[0] == 1 for r in requests)
+        assert all(d == k for r in requests for d in r.drafted[1:])
+        # Steps not cut by an answer's end follow the distribution within 1 %.
+        steps = [c - 1 for r in requests for c in r.chunks[1:-1]]
+        seen = [steps.count(a) / len(steps) for a in range(k + 1)]
+        assert seen == pytest.approx(pmf, abs=0.01)
+        assert sum(c for c in (s + 1 for s in steps)) / len(steps) == pytest.approx(
+            profile.al_at(k), abs=0.01
+        )

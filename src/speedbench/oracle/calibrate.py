@@ -74,7 +74,7 @@ def _draft_rows(
     for it, k in its:
         passes_tokens = it.tokens + (k - 1) * it.sequences
         passes_squares = it.tokens**2 + (k - 1) * it.sequences**2
-        rest = it.seconds - target.seconds(it.sequences, it.tokens)
+        rest = it.seconds - target.seconds(it.sequences, it.tokens, it.context)
         cols = [float(k)]
         if alone is not None:
             rest -= alone.per_token_s * passes_tokens + alone.per_token_sq_s * passes_squares
@@ -105,7 +105,7 @@ def _search_rows(
     spread = len({it.sequences for it in its}) > 1
     rows = [
         ([1.0] + ([float(it.sequences)] if spread else []),
-         it.seconds - target.seconds(it.sequences, it.tokens), it.seconds, it.decoding)
+         it.seconds - target.seconds(it.sequences, it.tokens, it.context), it.seconds, it.decoding)
         for it in its
     ]  # fmt: skip
     return rows, spread

@@ -65,6 +65,8 @@ class StepCostFigures(Result):
     # Older models had no square terms (0).
     per_token_sq_s: float = 0.0
     per_verifying_sq_s: float = 0.0
+    # Older models had no context term (0).
+    per_context_s: float = 0.0
     iterations: int
     outliers: int
     r2: Figure

@@ -68,6 +68,7 @@ def iteration_seconds(
     passes: int,
     prefills: Sequence[int],
     drafted: Sequence[int],
+    context: float = 0.0,
 ) -> float:
     """One iteration: ``prefills`` the prompt tokens joining, ``drafted`` per verifying request.
 
@@ -77,11 +78,13 @@ def iteration_seconds(
     rejected ones included), the other ``k - 1`` over one token per request; prompt lookup's
     one search over every request (its costs have no per-token part); and once, the cost of
     the square of the verifying requests that SD iterations show beyond both
-    (``per_verifying_sq_s``).
+    (``per_verifying_sq_s``). ``context`` is what the target's attention reads
+    (:attr:`~speedbench.oracle.steptime.Iteration.context`); the drafter's passes are priced
+    without it (their fit has no context term).
     """
     sequences = len(prefills) + len(drafted)
     tokens = sum(prefills) + sum(1 + d for d in drafted)
-    seconds = target.seconds(sequences, tokens)
+    seconds = target.seconds(sequences, tokens, context)
     if draft is not None and passes > 0:
         seconds += draft.seconds(sequences, tokens)
         seconds += (passes - 1) * draft.seconds(sequences, sequences)
@@ -108,18 +111,21 @@ def replay_seconds(
     if batch_size < 1:
         raise ValueError(f"batch size must be at least 1, got {batch_size}")
     waiting = list(requests)
-    # (request, steps done, prompt tokens still to prefill)
-    running: list[tuple[ReplayRequest, int, int]] = []
+    # (request, steps done, prompt tokens still to prefill, tokens generated so far)
+    running: list[tuple[ReplayRequest, int, int, int]] = []
     total = 0.0
     while waiting or running:
         while waiting and len(running) < batch_size:
             request = waiting.pop(0)
-            running.append((request, 0, max(request.prompt_tokens, 1)))
-        drafted = [r.drafted[done] for r, done, left in running if not left]
+            running.append((request, 0, max(request.prompt_tokens, 1), 0))
+        decoding = [(r, done, made) for r, done, left, made in running if not left]
+        drafted = [r.drafted[done] for r, done, _ in decoding]
+        # Each step reads the request's KV once: its prompt and what it has made.
+        context = sum(max(r.prompt_tokens, 1) + made for r, done, made in decoding)
         room = token_budget - sum(1 + d for d in drafted) if token_budget is not None else None
         prefills: list[int] = []
         stepped = []
-        for r, done, left in running:
+        for r, done, left, made in running:
             if left:
                 take = left if room is None else max(min(left, room), 0)
                 if room is not None:
@@ -127,12 +133,13 @@ def replay_seconds(
                 if take:
                     prefills.append(take)
                 left -= take
-                done += not left  # the prefill's last chunk samples the first token
+                if not left:  # the prefill's last chunk samples the first token
+                    made, done = made + r.chunks[done], done + 1
             else:
-                done += 1
+                made, done = made + r.chunks[done], done + 1
             if done < len(r.chunks):
-                stepped.append((r, done, left))
-        total += iteration_seconds(target, draft, passes, prefills, drafted)
+                stepped.append((r, done, left, made))
+        total += iteration_seconds(target, draft, passes, prefills, drafted, context)
         running = stepped
     return total
 

@@ -9,11 +9,19 @@ them: how long each iteration took, how many sequences it ran and how many token
 processed in it (a decoding request's 1, a prefilling request's whole prompt).
 
 :func:`fit_step_costs` fits ``seconds = fixed + per_sequence * sequences + per_token *
-tokens`` to those iterations by least squares (one outlier pass: a garbage-collection pause or
-a client hiccup is no step). Decode iterations alone cannot tell a per-sequence cost from a
-per-token one (each sequence processes one token); the prefill iterations, where one sequence
-brings hundreds of tokens, can. That is what makes the fit able to price a verify step of
-``16 x 4`` tokens from levels that never verified anything.
+tokens + per_context * context`` to those iterations by least squares (one outlier pass: a
+garbage-collection pause or a client hiccup is no step). Decode iterations alone cannot tell
+a per-sequence cost from a per-token one (each sequence processes one token); the prefill
+iterations, where one sequence brings hundreds of tokens, can. That is what makes the fit
+able to price a verify step of ``16 x 4`` tokens from levels that never verified anything.
+``context`` is the attention a decode or verify step reads: the KV cache of each decoding
+request (its prompt and what it has generated), read once a step however many tokens it
+verifies (on a CPU the step's attention is bound by reading the cache, which its
+``1 + drafted`` queries share; ``benchmarks/context_term.py`` fitted 4.2 us a cached token
+for the 0.5B model in float32 on a 2-core AVX2 EPYC, 17 ms a step at bs 4 over 1k-token
+prompts). Levels of one prompt length hold it nearly proportional to the sequences, so the
+fit tells it apart only where prompt lengths differ (short qualitative prompts beside
+1k-token ones); the fit keeps it at 0 or above.
 
 Pure functions over :class:`~speedbench.records.RequestRecord`; nothing here runs an engine.
 """
@@ -34,6 +42,8 @@ BURST_GAP_SHARE = 0.4
 # Iterations whose residual is over this many robust standard deviations are refitted out.
 OUTLIER_SIGMAS = 4.0
 SQ_SCALE = 1000.0
+# The context column in thousands of token-positions, so its scale is like the others'.
+CONTEXT_SCALE = 1000.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +57,8 @@ class Iteration:
             per prefill.
         prefill_tokens: Of ``tokens``, the prompts of requests prefilled in it.
         decoding: Of ``sequences``, the requests that took a decode or verify step.
+        context: Sum over the decoding requests of the tokens already in their KV cache
+            (prompt and generated): what the step's attention reads, once per request.
     """
 
     seconds: float
@@ -54,6 +66,7 @@ class Iteration:
     tokens: int
     prefill_tokens: int = 0
     decoding: int = 0
+    context: int = 0
 
 
 def _burst_gap(records: Sequence[RequestRecord]) -> float:
@@ -170,6 +183,10 @@ def _iterations(
         prefilled.update(finishing)
         steps = {i: j for _, i, j in burst if j > 0}
         verified = sum(1 + drafts[i][j] if j < len(drafts[i]) else 1 for i, j in steps.items())
+        context = sum(
+            max(records[i].prompt_tokens, 1) + sum(records[i].chunk_tokens[:j])
+            for i, j in steps.items()
+        )
         room = token_budget - verified if token_budget is not None else None
         chunks = prefill_chunks(pending, finishing, room)
         prefill = sum(chunks.values())
@@ -181,6 +198,7 @@ def _iterations(
                     tokens=verified + prefill,
                     prefill_tokens=prefill,
                     decoding=len(steps),
+                    context=context,
                 )
             )
         began = burst[0][0]
@@ -259,6 +277,8 @@ class StepCosts:
             took about 50 ms more than the target's no-SD costs and the drafter's own, for
             the 0.5B draft and for prompt lookup alike, where 1 and 4 streams took within
             12 ms of them (docs/findings/speedup-model.md).
+        per_context_s: What each token of KV cache a decode or verify step reads adds
+            (:attr:`Iteration.context`): longer prompts make every step dearer.
         iterations: How many iterations the fit rests on (outliers left out).
         outliers: How many were left out.
         r2: Share of the iterations' variance the fit explains.
@@ -270,18 +290,23 @@ class StepCosts:
     per_token_s: float
     per_token_sq_s: float = 0.0
     per_verifying_sq_s: float = 0.0
+    per_context_s: float = 0.0
     iterations: int = 0
     outliers: int = 0
     r2: float = float("nan")
     sources: tuple[str, ...] = ()
 
-    def seconds(self, sequences: float, tokens: float) -> float:
-        """One iteration of ``sequences`` requests processing ``tokens`` tokens in all."""
+    def seconds(self, sequences: float, tokens: float, context: float = 0.0) -> float:
+        """One iteration of ``sequences`` requests processing ``tokens`` tokens in all.
+
+        Its steps' attention reads ``context`` token-positions (:attr:`Iteration.context`).
+        """
         return (
             self.fixed_s
             + self.per_sequence_s * sequences
             + self.per_token_s * tokens
             + self.per_token_sq_s * tokens * tokens
+            + self.per_context_s * context
         )
 
     def decode_s(self, sequences: float) -> float:
@@ -301,7 +326,12 @@ def fit_step_costs(iterations: Sequence[Iteration], sources: Sequence[str] = ())
     if not any(it.prefill_tokens for it in iterations):
         raise ValueError("no prefill iteration: the cost of a token cannot be told from a step's")
     # The square's column in thousands of tokens squared, so the columns' scales are alike.
-    x = np.array([[1.0, it.sequences, it.tokens, it.tokens**2 / SQ_SCALE] for it in iterations])
+    x = np.array(
+        [
+            [1.0, it.sequences, it.tokens, it.tokens**2 / SQ_SCALE, it.context / CONTEXT_SCALE]
+            for it in iterations
+        ]
+    )
     y = np.array([it.seconds for it in iterations])
     coef, keep, r2 = robust_lstsq(x, y, y)
     if not any(it.prefill_tokens for it, kept in zip(iterations, keep, strict=True) if kept):
@@ -315,6 +345,7 @@ def fit_step_costs(iterations: Sequence[Iteration], sources: Sequence[str] = ())
         per_sequence_s=float(coef[1]),
         per_token_s=float(coef[2]),
         per_token_sq_s=float(coef[3]) / SQ_SCALE,
+        per_context_s=float(coef[4]) / CONTEXT_SCALE,
         iterations=int(keep.sum()),
         outliers=int(len(y) - keep.sum()),
         r2=r2,

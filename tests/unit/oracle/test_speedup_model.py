@@ -59,20 +59,22 @@ def test_iterations_are_the_bursts_of_every_request_chunk():
         _record("c", 30, [2.502, 3.0]),  # joins when a ends: prefilled beside b's last step
     ]
     its = engine_iterations(records)
-    # The first burst has no predecessor to time it from.
+    # The first burst has no predecessor to time it from. Context: each decoding request's
+    # prompt and the tokens it has made, a's 10 + 1 and b's 20 + 1 in the first, and so on.
     assert its == [
-        Iteration(seconds=0.5, sequences=2, tokens=2, decoding=2),
-        Iteration(seconds=0.5, sequences=2, tokens=2, decoding=2),
-        Iteration(seconds=0.5, sequences=2, tokens=31, prefill_tokens=30, decoding=1),
-        Iteration(seconds=0.5, sequences=1, tokens=1, decoding=1),
+        Iteration(seconds=0.5, sequences=2, tokens=2, decoding=2, context=11 + 21),
+        Iteration(seconds=0.5, sequences=2, tokens=2, decoding=2, context=12 + 22),
+        Iteration(seconds=0.5, sequences=2, tokens=31, prefill_tokens=30, decoding=1, context=23),
+        Iteration(seconds=0.5, sequences=1, tokens=1, decoding=1, context=31),
     ]
 
 
 def test_a_draft_model_level_verifies_k_drafted_tokens_per_request():
     records = [_record("a", 10, [1.0, 1.5, 2.0], k=3), _record("b", 20, [1.001, 1.501], k=3)]
+    # A verify step reads each request's KV once, whatever it verifies: 11 + 21, then 12.
     assert engine_iterations(records, drafted=3) == [
-        Iteration(seconds=0.5, sequences=2, tokens=8, decoding=2),
-        Iteration(seconds=0.5, sequences=1, tokens=4, decoding=1),
+        Iteration(seconds=0.5, sequences=2, tokens=8, decoding=2, context=11 + 21),
+        Iteration(seconds=0.5, sequences=1, tokens=4, decoding=1, context=12),
     ]
 
 
@@ -427,11 +429,11 @@ def test_a_long_prompt_is_charged_to_the_iterations_that_prefilled_it():
     # both decode steps.
     records = [_record("a", 60, [1.0, 1.5, 2.0]), _record("b", 80, [1.501, 2.001])]
     assert engine_iterations(records, token_budget=100) == [
-        Iteration(seconds=0.5, sequences=2, tokens=41, prefill_tokens=40, decoding=1),
-        Iteration(seconds=0.5, sequences=2, tokens=2, decoding=2),
+        Iteration(seconds=0.5, sequences=2, tokens=41, prefill_tokens=40, decoding=1, context=61),
+        Iteration(seconds=0.5, sequences=2, tokens=2, decoding=2, context=62 + 81),
     ]
     # Counted whole, b's 80 tokens would all land in the second iteration.
-    assert engine_iterations(records)[0] == Iteration(0.5, 2, 81, 80, 1)
+    assert engine_iterations(records)[0] == Iteration(0.5, 2, 81, 80, 1, 61)
 
 
 def test_the_replay_prefills_in_chunks_of_the_token_budget():
@@ -442,6 +444,37 @@ def test_the_replay_prefills_in_chunks_of_the_token_budget():
     assert replay_seconds([a, b], 2, costs) == pytest.approx(2 + 1.42)
     # Budget 100: a and 40 of b (100); a's decode and b's other 40 (41); b's decode (1).
     assert replay_seconds([a, b], 2, costs, token_budget=100) == pytest.approx(3 + 1.42)
+
+
+def test_the_context_a_step_reads_is_fitted_where_prompt_lengths_differ():
+    # Decode steps over 150-token and 1,000-token contexts at bs 1, 4 and 16, and prefills.
+    truth = StepCosts(fixed_s=0.1, per_sequence_s=0.002, per_token_s=0.001, per_context_s=2e-6)
+    shapes = [(b, b, 0, b * ctx) for b in (1, 4, 16) for ctx in (150, 1000)]
+    shapes += [(1, 151, 150, 0), (2, 1002, 1000, 0), (4, 1004, 1000, 2 * 1000)]
+    its = [Iteration(truth.seconds(b, n, c), b, n, p, b - (p > 0), c) for b, n, p, c in shapes]
+    fit = fit_step_costs(its)
+    assert fit.per_context_s == pytest.approx(2e-6, rel=1e-6)
+    assert fit.per_sequence_s == pytest.approx(0.002, rel=1e-6)
+    # One prompt length: the context is the sequences' multiple, and the fit keeps a cost
+    # that explains the steps exactly (it cannot tell the two apart, and none is negative).
+    one = [Iteration(truth.seconds(b, b, 150 * b), b, b, 0, b, 150 * b) for b in (1, 4, 16)]
+    one += [Iteration(truth.seconds(1, 151), 1, 151, 150, 0)]
+    fit = fit_step_costs(one)
+    assert min(fit.per_context_s, fit.per_sequence_s) >= 0
+    assert fit.seconds(4, 4, 600) == pytest.approx(truth.seconds(4, 4, 600), rel=1e-6)
+
+
+def test_the_replay_prices_each_step_by_the_context_it_reads():
+    # 1 s per iteration and 1 ms per token-position read; a 10-token prompt, 3 tokens out.
+    costs = StepCosts(fixed_s=1.0, per_sequence_s=0.0, per_token_s=0.0, per_context_s=0.001)
+    # Baseline: the prefill (no step reads a KV), then two decode steps over 10 + 1 and 10 + 2.
+    assert replay_seconds([ReplayRequest.baseline(10, 3)], 1, costs) == pytest.approx(
+        3 + 0.011 + 0.012
+    )
+    # SD: after the prefill one verify step of 1 + 3 tokens, which reads the KV of 10 + 1 once
+    # and emits the rest: SD saves the second read.
+    sd = ReplayRequest(10, (1, 2), (0, 3))
+    assert replay_seconds([sd], 1, costs) == pytest.approx(2 + 0.011)
 
 
 def test_the_square_of_an_iterations_tokens_is_fitted_where_long_prefills_show_it():

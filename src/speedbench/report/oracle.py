@@ -70,17 +70,20 @@ def check_table(levels: Sequence[OracleLevel]) -> list[str]:
                         f"{first.predicted} predicted, {first.measured} measured"
                     )
                 rows.append(
-                    f"| {c.config} | bs{c.batch_size} | {c.compared} | {c.identical} | "
+                    f"| {level.split} bs{level.batch_size} | {c.config} | bs{c.batch_size} | "
+                    f"{c.compared} | {c.identical} | "
                     f"{c.output_differs} | {c.steps_differ} | {_fmt(c.predicted_al, '.3f')} | "
                     f"{_fmt(c.measured_al, '.3f')} | {where} |"
                 )
     if not rows:
         return []
+    # One row per (oracle baseline, measured level): a split with baselines at two batch sizes
+    # checks each measured level against both.
     head = (
-        "| measured level | load | requests | identical steps | answer differs | "
-        "steps differ | Average_AL predicted | measured | first differing step |"
+        "| oracle baseline | measured level | load | requests | identical steps | answer differs"
+        " | steps differ | Average_AL predicted | measured | first differing step |"
     )
-    return [head, "|---|---|---|---|---|---|---|---|---|", *rows]
+    return [head, "|---|---|---|---|---|---|---|---|---|---|", *rows]
 
 
 CHECK_NOTE = (

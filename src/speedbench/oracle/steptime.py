@@ -17,11 +17,11 @@ able to price a verify step of ``16 x 4`` tokens from levels that never verified
 ``context`` is the attention a decode or verify step reads: the KV cache of each decoding
 request (its prompt and what it has generated), read once a step however many tokens it
 verifies (on a CPU the step's attention is bound by reading the cache, which its
-``1 + drafted`` queries share; ``benchmarks/context_term.py`` fitted 4.2 us a cached token
+``1 + drafted`` queries share). ``benchmarks/context_term.py`` fitted 4.2 us a cached token
 for the 0.5B model in float32 on a 2-core AVX2 EPYC over MT-Bench and 1k-token levels, and 0
-once 2k-token levels joined them: docs/findings/context-term.md). Levels of one prompt length hold it nearly proportional to the sequences, so the
-fit tells it apart only where prompt lengths differ (short qualitative prompts beside
-1k-token ones); the fit keeps it at 0 or above.
+once 2k-token levels joined them (docs/findings/context-term.md). Levels of one prompt length
+hold it nearly proportional to the sequences, so the fit tells it apart only where prompt
+lengths differ; the fit keeps it at 0 or above.
 
 Pure functions over :class:`~speedbench.records.RequestRecord`; nothing here runs an engine.
 """

@@ -12,9 +12,10 @@ import argparse
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from speedbench.config import TREE_SHAPE, ConfigError
+from speedbench.figures import ViewName
 from speedbench.provision.models import resolve_dtype, resolve_model
 
 DTYPES = ["auto", "float32", "bfloat16"]
@@ -286,7 +287,8 @@ def add_oracle_commands(sub: Any) -> None:
     pe.add_argument(
         "--view",
         default="speed_bench",
-        choices=["speed_bench", "stream", "engine", "counters"],
+        # Every view with per-position rates (the server's is one running AL).
+        choices=[v for v in get_args(ViewName) if v != "server"],
         help="the acceptance view the profiles are written from (default: SPEED-Bench's own)",
     )
     pe.add_argument("--out", default="results/profiles", help="the folder written to")

@@ -154,6 +154,8 @@ def _iterations(
 ) -> list[Iteration]:
     gap = _burst_gap(records)
     drafts = [step_drafts(r, drafted) for r in records]
+    # made[i][j]: the tokens request i had streamed before its chunk j (its KV beyond the prompt).
+    made = [list(itertools.accumulate(r.chunk_tokens, initial=0)) for r in records]
     events = sorted(
         (t, i, j)
         for i, r in enumerate(records)
@@ -183,10 +185,7 @@ def _iterations(
         prefilled.update(finishing)
         steps = {i: j for _, i, j in burst if j > 0}
         verified = sum(1 + drafts[i][j] if j < len(drafts[i]) else 1 for i, j in steps.items())
-        context = sum(
-            max(records[i].prompt_tokens, 1) + sum(records[i].chunk_tokens[:j])
-            for i, j in steps.items()
-        )
+        context = sum(max(records[i].prompt_tokens, 1) + made[i][j] for i, j in steps.items())
         room = token_budget - verified if token_budget is not None else None
         chunks = prefill_chunks(pending, finishing, room)
         prefill = sum(chunks.values())

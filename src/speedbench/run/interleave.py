@@ -112,6 +112,19 @@ def resident_engine(
 # weights (the kernels' packed layouts). Those three, 22.2 GiB, left a 23.6 GiB host 96 MiB
 # and thrashing.
 WEIGHT_FACTOR = 1.8
+# Float32 engines hold less beside their weights: one float32 target-only engine (6.62 GiB of
+# weights, 1 GiB of KV) took 11.7 GiB of MemAvailable on a 2-core AVX2 EPYC, 1.58 x the
+# weights once the KV cache and runtime are taken out (docs/findings/interleaved-speedup.md).
+# At 1.8 the main job's draft engine alone (4 GiB of KV) was estimated at 20.4 GiB and
+# refused on a host with 21.9 GiB available, where it fits.
+WEIGHT_FACTORS = {"float32": 1.6}
+
+
+def weight_factor(dtype: str | None) -> float:
+    """Resident memory per GiB of weight files for an engine in ``dtype``."""
+    return WEIGHT_FACTORS.get(dtype or "", WEIGHT_FACTOR)
+
+
 # What one engine holds beyond that (torch, vLLM, its API server), in GiB.
 RUNTIME_GIB = 0.25
 # What the host keeps for the sweep's own process, its client and the engines' code pages.
@@ -131,7 +144,7 @@ def resident_gib(engine: EngineConfig, spec: SpecConfig) -> float:
     """About how much host memory one resident engine takes: weights (packed), KV cache, runtime."""
     kv = float(engine.env.get(KV_SPACE_ENV) or os.environ.get(KV_SPACE_ENV) or 0)
     weights = weights_gib(engine.model) + weights_gib(spec.draft_model)
-    return WEIGHT_FACTOR * weights + kv + RUNTIME_GIB
+    return weight_factor(engine.dtype) * weights + kv + RUNTIME_GIB
 
 
 def available_gib() -> float | None:
@@ -238,7 +251,8 @@ def _refuse_unless_fits(
     each = ", ".join(f"{lb} {resident_gib(e, specs[lb]):.1f}" for lb, e in engines.items())
     raise EngineError(
         f"interleave resident needs about {need:.1f} GiB for the largest engine alone "
-        f"({each}: {WEIGHT_FACTOR:g} x weights, KV cache and {RUNTIME_GIB:g} GiB each) and "
+        f"({each}: {weight_factor(next(iter(engines.values())).dtype):g} x weights, KV cache "
+        f"and {RUNTIME_GIB:g} GiB each) and "
         f"{HEADROOM_GIB:g} GiB for the sweep, and the host has {have:.1f} GiB available: "
         f"use bfloat16 weights, a smaller {KV_SPACE_ENV} or a smaller model"
     )

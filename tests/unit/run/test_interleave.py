@@ -234,3 +234,20 @@ def test_throughput_json_carries_the_paired_interval_and_both_drifts():
     assert entry["speedup_rounds"] == 2 and entry["speedup_pairing"] == "interleaved"
     assert entry["baseline_drift"] == round(2 / 9, 6) and entry["drift"] == round(2.4 / 10.8, 6)
     assert "speedup_low" not in _throughput_entry(base)
+
+
+def test_float32_engines_are_estimated_at_the_factor_measured_for_them(tmp_path, monkeypatch):
+    # The main job's draft engine in float32 (6.62 + 2.24 GiB of weights, 4 GiB of KV) on a
+    # host with 21.6 GiB available: 1.6 x 8.86 + 4.25 = 18.4 (+1.5 for the sweep) fits; at
+    # bf16's 1.8 it is 20.2 (+1.5), refused.
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    target, draft = _weights(tmp_path, 6.62, 2.24)
+    specs = [SpecConfig(), SpecConfig(method="draft_model", num_speculative_tokens=3,
+                                      draft_model=draft)]  # fmt: skip
+    monkeypatch.setattr(interleave, "available_gib", lambda: 21.6)
+    engine = EngineConfig(model=target, env={"VLLM_CPU_KVCACHE_SPACE": "4"}, dtype="float32")
+    plan = plan_residency(engine, specs)
+    assert plan.shared == ("none", "draft_model-k3")
+    assert plan.estimate_gib == pytest.approx(1.6 * 8.86 + 4.25, abs=0.01)
+    with pytest.raises(EngineError, match=r"1\.8 x weights"):
+        plan_residency(engine.model_copy(update={"dtype": "bfloat16"}), specs)

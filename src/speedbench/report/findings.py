@@ -201,10 +201,10 @@ def input_length_row(summaries: Sequence[SweepSummary]) -> str:
     if len(buckets) < 2:
         return (
             f"| AL against input length | {paper} | {', '.join(buckets) or 'no bucket'} | "
-            "not measured here: one bucket (presets/full.yaml measures 1k to 32k) |"
+            "not measured here: one bucket (presets/long-context.yaml measures 1k to 32k) |"
         )
     ours = f"buckets {', '.join(buckets)}"
-    return f"| AL against input length | {paper} | {ours} | see the throughput sections |"
+    return f"| AL against input length | {paper} | {ours} | see the sections by input length |"
 
 
 def findings_table(folders: Sequence[tuple[Path, SweepSummary]]) -> list[str]:

@@ -1,8 +1,9 @@
 """PNG plots of a sweep: AR, Pareto, AL heatmap, speedup, request rates, oracle, speedup model.
 
 Conditional AR by draft position, the Pareto curve, the AL heatmap, speedup by batch size,
-what request rates did (throughput, latency and goodput against the rate), the oracle's AL by
-k and the speedup model's predicted curves with the measured levels on them.
+what request rates did (throughput, latency and goodput against the rate), AL and speedup
+against input length, the oracle's AL by k and the speedup model's predicted curves with the
+measured levels on them.
 
 Matplotlib runs headless (Agg). Each function writes one PNG; :func:`write_plots` all of a
 sweep's.
@@ -18,6 +19,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+
+from speedbench.report.input_length import buckets_by_length, by_bucket, nominal_tokens
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -178,6 +181,7 @@ def plot_rates(summary: SweepSummary, path: str | Path) -> Path | None:
 # Their file names in a sweep's plots folder.
 ORACLE_PLOT = "oracle.png"
 SPEEDUP_MODEL_PLOT = "speedup_model.png"
+INPUT_LENGTH_PLOT = "input_length.png"
 
 
 def plot_speedup_model(model: SpeedupModel | None, path: str | Path) -> Path | None:
@@ -227,6 +231,43 @@ def plot_oracle(levels: Sequence[OracleLevel], path: str | Path) -> Path | None:
     return _save(fig, path)
 
 
+def plot_by_input_length(summary: SweepSummary, path: str | Path) -> Path | None:
+    """Average_AL (left) and speedup (right) against input length, one line per SD config.
+
+    Random-token controls are dashed beside their config's real-text line. None under two
+    buckets.
+    """
+    levels = {c: per for c, per in by_bucket(summary).items() if c != "none"}
+    if not any(len(per) >= 2 for per in levels.values()):
+        return None
+    fig, (al_ax, sp_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    for config, per_bucket in sorted(levels.items()):
+        for random, style in ((False, "o-"), (True, "s--")):
+            points = [
+                (nominal_tokens(b), per_bucket[b][random])
+                for b in buckets_by_length(per_bucket)
+                if random in per_bucket[b]
+            ]
+            label = f"{config}{' (random tokens)' if random else ''}"
+            al = [(x, r.average_al) for x, r in points if r.average_al is not None]
+            sp = [(x, r.speedup) for x, r in points if r.speedup is not None]
+            if al:
+                al_ax.plot(*zip(*al, strict=True), style, label=label)
+            if sp:
+                sp_ax.plot(*zip(*sp, strict=True), style, label=label)
+    for ax in (al_ax, sp_ax):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("input length (tokens)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    al_ax.set_ylabel("Average_AL (speed_bench view)")
+    al_ax.set_title("Acceptance length by input length")
+    sp_ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    sp_ax.set_ylabel("speedup over no SD")
+    sp_ax.set_title("SD speedup by input length")
+    return _save(fig, path)
+
+
 def write_plots(summary: SweepSummary, out_dir: str | Path) -> list[Path]:
     """All plots of a sweep into ``out_dir`` (its folder's ``plots``); returns those written.
 
@@ -242,6 +283,7 @@ def write_plots(summary: SweepSummary, out_dir: str | Path) -> list[Path]:
         plot_al_heatmap(summary, out / "al_heatmap.png"),
         plot_speedup(summary, out / "speedup.png"),
         plot_rates(summary, out / "rates.png"),
+        plot_by_input_length(summary, out / INPUT_LENGTH_PLOT),
         plot_oracle(read_oracle(out.parent), out / ORACLE_PLOT),
         plot_speedup_model(read_speedup_model(out.parent), out / SPEEDUP_MODEL_PLOT),
     ]

@@ -16,6 +16,7 @@ from speedbench.hostcheck.cpu import format_kernel_caps
 from speedbench.metrics.views import VIEW_SPECS
 from speedbench.oracle.in_sweep import read_oracle, read_speedup_model
 from speedbench.report.findings import FINDINGS_NOTE, findings_table
+from speedbench.report.input_length import INPUT_LENGTH_NOTE, input_length_table
 from speedbench.report.oracle import render_oracle, render_speedup
 from speedbench.sweep_summary import SummaryRow, SweepSummary
 
@@ -482,6 +483,9 @@ def sweep_sections(name: str, folder: Path, summary: SweepSummary) -> list[str]:
         out += ["", *table, "", PAIRED_NOTE]
     if extra := overestimate(summary):
         out += ["", "Random-token control:", "", *extra]
+    if table := input_length_table(summary):
+        out += ["", f"## Acceptance and speedup by input length ({name})", "", *table]
+        out += ["", INPUT_LENGTH_NOTE]
     if table := latency_table(summary):
         out += ["", f"## Latency ({name})", "", *table]
     if table := break_even_table(summary):

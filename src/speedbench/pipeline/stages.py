@@ -53,7 +53,9 @@ def stage_sweep(params: dict[str, Any], stage: str, results_dir: str = "results"
         fields = SweepConfig.with_defaults(defaults, section)
     except ValueError as exc:
         raise ConfigError(f"SweepConfig: {exc}") from None
-    if not any(m in METHODS_NEEDING_DRAFT_MODEL for m in fields.get("methods", [])):
+    # The draft stays where a method drafts with it or its oracle replays it.
+    drafts = [*fields.get("methods", []), *fields.get("oracle", [])]
+    if not any(m in METHODS_NEEDING_DRAFT_MODEL for m in drafts):
         fields["draft_model"] = None
     return load_config(SweepConfig, fields)
 

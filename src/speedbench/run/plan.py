@@ -75,13 +75,16 @@ def select_prompts(
     """Filter by category, keep the first ``per_category`` of each, then the first ``limit``.
 
     Categories are interleaved (one of each in turn), so a small limit still spans domains.
+    A throughput bucket's random-token control names its tiers ``random_<tier>``: a tier
+    (``mixed``) picks the bucket's prompts and its control's alike.
     """
     if categories:
         known = sorted({r.category for r in rows})
-        unknown = [c for c in categories if c not in known]
+        wanted = set(categories) | {f"random_{c}" for c in categories}
+        unknown = [c for c in categories if c not in known and f"random_{c}" not in known]
         if unknown:
             raise PromptSetError(f"unknown categories {unknown}; this prompt set has {known}")
-        rows = [r for r in rows if r.category in set(categories)]
+        rows = [r for r in rows if r.category in wanted]
     by_cat: dict[str, list[PromptRow]] = {}
     for r in rows:
         by_cat.setdefault(r.category, []).append(r)

@@ -187,6 +187,18 @@ def test_prompt_selection_interleaves_categories():
         select_prompts(rows, ["c"], None, None)
 
 
+def test_a_tier_picks_the_random_controls_prompts_of_that_tier():
+    from speedbench.data.prompts import PromptRow
+    from speedbench.run.plan import select_prompts
+
+    control = [
+        PromptRow(question_id=f"{t}{i}", category=f"random_{t}", turns=["q"])
+        for t in ("low", "mixed")
+        for i in range(2)
+    ]
+    assert [r.question_id for r in select_prompts(control, ["mixed"], 1, None)] == ["mixed0"]
+
+
 def test_preferred_cpu_dtype_follows_native_bf16():
     from speedbench.provision.models import preferred_cpu_dtype
 

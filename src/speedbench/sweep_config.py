@@ -392,6 +392,12 @@ class SweepConfig(StrictModel):
         description="Oracle: also predict static draft trees, breadth per depth like 4x4x4 "
         "(the draft's top-4 children of every node, depth 3): AL and tokens verified per step.",
     )
+    speedup_model: bool = Field(
+        default=True,
+        description="Oracle: fit the speedup model (step costs from the no-SD levels, every k "
+        "priced at every batch size, a schedule per drafter). Off where the levels cannot time "
+        "a prefill: one request a level, whose first burst has no earlier one to time it from.",
+    )
     measure_best_k: bool = Field(
         default=False,
         description="Oracle: after the speedup model, measure each drafter at its predicted "
@@ -540,6 +546,8 @@ class SweepConfig(StrictModel):
             if self.oracle_draft_vocab or self.oracle_trees:
                 raise ValueError("oracle_draft_vocab/oracle_trees set but oracle is empty")
             return
+        if self.measure_best_k and not self.speedup_model:
+            raise ValueError("measure_best_k measures the speedup model's pick: set speedup_model")
         if len(set(self.oracle)) != len(self.oracle):
             raise ValueError(f"oracle has duplicates: {self.oracle}")
         if self.protocol.temperature != 0:

@@ -160,6 +160,14 @@ def test_sweep_expands_methods_and_lengths_with_one_baseline():
     assert sweep.spec_configs()[1].draft_model is None
 
 
+def test_the_speedup_model_can_be_left_out_but_not_under_measure_best_k():
+    fields = {"methods": ["ngram"], "draft_lengths": [3], "oracle": ["ngram"]}
+    assert SweepConfig(**fields).speedup_model
+    assert not SweepConfig(**fields, speedup_model=False).speedup_model
+    with pytest.raises(ValueError, match="measure_best_k measures the speedup model's pick"):
+        SweepConfig(**fields, speedup_model=False, measure_best_k=True)
+
+
 def test_engine_base_url():
     assert EngineConfig(model="m", port=8123).base_url == "http://127.0.0.1:8123"
 

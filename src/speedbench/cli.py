@@ -22,6 +22,7 @@ from pydantic.fields import FieldInfo
 
 from speedbench.config import ConfigError, load_config, load_params, read_config_file
 from speedbench.data.prompts import write_prompt_file
+from speedbench.eagle3_cli import add_eagle3_commands
 from speedbench.errors import finish
 from speedbench.oracle_cli import DTYPE_HELP, DTYPES, add_oracle_commands
 from speedbench.provision.models import PACKAGED_MODELS, provision, resolve_dtype, resolve_model
@@ -456,6 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=_plan)
 
     add_oracle_commands(sub)
+    add_eagle3_commands(sub)
 
     ss = sub.add_parser(
         "synthetic-server",

@@ -41,6 +41,8 @@ ENGINE_KINDS: tuple[str, ...] = get_args(EngineKind)
 
 # Methods whose drafter is a separate set of weights the user must name.
 METHODS_NEEDING_DRAFT_MODEL = frozenset({"draft_model", "eagle", "eagle3"})
+# Methods whose drafter is a head over the target's own hidden states.
+EAGLE_METHODS = frozenset({"eagle", "eagle3"})
 # Methods that draft from the prompt/output text itself and take no weights.
 MODEL_FREE_METHODS = frozenset({"ngram", "suffix"})
 
@@ -108,6 +110,12 @@ class SpecConfig(StrictModel):
         default_factory=dict,
         description="Further method options passed to the engine verbatim.",
     )
+    variant: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        description="Which of several drafters of one method this is (an EAGLE-3 head's name); "
+        "it enters the label: eagle3-<variant>-k3.",
+    )
 
     @model_validator(mode="after")
     def _check_method_fields(self) -> SpecConfig:
@@ -117,6 +125,8 @@ class SpecConfig(StrictModel):
                 raise ValueError("num_speculative_tokens must be 0 when method is 'none'")
             if self.draft_model is not None:
                 raise ValueError("draft_model must be unset when method is 'none'")
+            if self.variant is not None:
+                raise ValueError("variant names a drafter: unset when method is 'none'")
             return self
         if self.num_speculative_tokens < 1:
             raise ValueError(f"num_speculative_tokens must be >= 1 for method '{m}'")
@@ -139,7 +149,10 @@ class SpecConfig(StrictModel):
     @property
     def label(self) -> str:
         """Short human-readable name, e.g. ``ngram-k4`` or ``none``."""
-        return "none" if self.method == "none" else f"{self.method}-k{self.num_speculative_tokens}"
+        if self.method == "none":
+            return "none"
+        variant = f"-{self.variant}" if self.variant else ""
+        return f"{self.method}{variant}-k{self.num_speculative_tokens}"
 
 
 class EngineSettings(StrictModel):

@@ -34,6 +34,8 @@ def _oracle(args: argparse.Namespace) -> Any:
         raise ConfigError(f"{baseline}: no records.parquet (give a measured baseline level)")
     if args.drafter == "draft_model" and not args.draft:
         raise ConfigError("--drafter draft_model needs --draft (a packaged name or local folder)")
+    if args.drafter == "eagle3" and not (args.draft and args.target):
+        raise ConfigError("--drafter eagle3 needs --draft (the head's folder) and --target")
     if not 1 <= args.ngram_min <= args.ngram_max:
         raise ConfigError(f"n-gram sizes need 1 <= --ngram-min <= --ngram-max, got "
                           f"{args.ngram_min}..{args.ngram_max}")  # fmt: skip
@@ -56,6 +58,15 @@ def _oracle(args: argparse.Namespace) -> Any:
                 vocab = pruned_vocab(weights, args.draft_vocab)
             except ValueError as exc:
                 raise ConfigError(f"--draft-vocab: {exc}") from None
+    if args.drafter == "eagle3":
+        from speedbench.eagle3.chains import Eagle3Drafter
+        from speedbench.eagle3.pipeline import TORCH_DTYPES
+
+        try:
+            draft = Eagle3Drafter.load(args.draft, resolve_model(args.target, dtype=dtype),
+                                       TORCH_DTYPES[dtype])  # fmt: skip
+        except ValueError as exc:
+            raise ConfigError(f"--draft: {exc}") from None
     eos_id = baseline_eos(baseline)
     try:
         prediction = predict(read_parquet(baseline / "records.parquet"), args.drafter, ks,
@@ -301,12 +312,15 @@ def add_oracle_commands(sub: Any) -> None:
         "oracle",
         help="predict greedy acceptance for every k from a measured baseline level",
         description="Replay a no-SD level's greedy answers under a drafter (a draft model's "
-        "teacher-forced pass, or vLLM's prompt lookup) and print AL by k per category "
+        "teacher-forced pass, an EAGLE-3 head's unrolled chains, or vLLM's prompt lookup) and "
+        "print AL by k per category "
         "(SPEED-Bench's view); --measured checks SD levels step by step (docs/oracle.md).",
     )
     oc.add_argument("--baseline", required=True, help="a baseline level folder (records.parquet)")
-    oc.add_argument("--drafter", required=True, choices=["draft_model", "ngram"])
-    oc.add_argument("--draft", help="draft_model: the draft (packaged name or local folder)")
+    oc.add_argument("--drafter", required=True, choices=["draft_model", "ngram", "eagle3"])
+    oc.add_argument("--draft", help="draft_model: the draft (packaged name or local folder); "
+                    "eagle3: the head's folder (speedbench eagle3 train)")  # fmt: skip
+    oc.add_argument("--target", help="eagle3: the target whose features the head reads")
     oc.add_argument("--dtype", default="auto", choices=DTYPES, help=DTYPE_HELP)
     oc.add_argument("--max-k", type=int, default=6, choices=range(1, 17), metavar="1..16",
                     help="predict k = 1..max-k (default 6)")  # fmt: skip

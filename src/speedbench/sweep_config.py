@@ -22,6 +22,7 @@ from pydantic import Field, StringConstraints, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
 from speedbench.config import (
+    EAGLE_METHODS,
     METHODS_NEEDING_DRAFT_MODEL,
     TREE_SHAPE,
     ArrivalProcess,
@@ -335,6 +336,13 @@ class SweepConfig(StrictModel):
     draft_model: str | None = Field(
         default=None, description="Draft weights for draft_model/eagle/eagle3 (name, path or id)."
     )
+    eagle_heads: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")],
+                      str] = Field(
+        default={},
+        description="EAGLE / EAGLE-3 heads by name (a local folder or hub id each): every eagle "
+        "and eagle3 method is measured with each head, labelled eagle3-<name>-k<k>. Unset: "
+        "those methods draft with draft_model.",
+    )  # fmt: skip
     tokenizer: str | None = Field(
         default=None,
         description="The target's tokenizer on this machine, which tokenizes every prompt: a "
@@ -533,8 +541,13 @@ class SweepConfig(StrictModel):
         if speculative and not self.draft_lengths:
             raise ValueError(f"draft_lengths is required for SD methods {speculative}")
         self._check_oracle()
-        if any(m in METHODS_NEEDING_DRAFT_MODEL for m in self.methods) and not self.draft_model:
-            raise ValueError("draft_model is required when methods include a model-based drafter")
+        needing = [m for m in self.methods if m in METHODS_NEEDING_DRAFT_MODEL]
+        if self.eagle_heads:
+            if not set(needing) & EAGLE_METHODS:
+                raise ValueError("eagle_heads given but methods has no eagle or eagle3")
+            needing = [m for m in needing if m not in EAGLE_METHODS]
+        if needing and not self.draft_model:
+            raise ValueError(f"draft_model is required for methods {needing}")
         return self
 
     def _check_oracle(self) -> None:
@@ -584,6 +597,14 @@ class SweepConfig(StrictModel):
         specs = [SpecConfig()] if self.baseline else []
         for method, k in itertools.product(self.methods, self.draft_lengths):
             if method == "none":
+                continue
+            if method in EAGLE_METHODS and self.eagle_heads:
+                specs += [
+                    SpecConfig(
+                        method=method, num_speculative_tokens=k, draft_model=path, variant=name
+                    )
+                    for name, path in self.eagle_heads.items()
+                ]
                 continue
             draft = self.draft_model if method in METHODS_NEEDING_DRAFT_MODEL else None
             specs.append(SpecConfig(method=method, num_speculative_tokens=k, draft_model=draft))

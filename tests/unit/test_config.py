@@ -83,7 +83,7 @@ BAD_CONFIGS = [
     (
         SweepConfig,
         {"methods": ["eagle3"], "draft_lengths": [3]},
-        "draft_model is required when methods include a model-based drafter",
+        "draft_model is required for methods ['eagle3']",
     ),
     (
         SweepConfig,
@@ -158,6 +158,34 @@ def test_sweep_expands_methods_and_lengths_with_one_baseline():
     assert labels == ["none", "ngram-k2", "ngram-k4", "draft_model-k2", "draft_model-k4"]
     assert sweep.spec_configs()[3].draft_model == "d"
     assert sweep.spec_configs()[1].draft_model is None
+
+
+def test_eagle_heads_give_one_config_per_head_beside_the_draft_model():
+    sweep = SweepConfig(
+        methods=["draft_model", "eagle3"],
+        draft_lengths=[3],
+        draft_model="d",
+        eagle_heads={"full": "heads/full", "pruned-32k": "heads/p"},
+    )
+    specs = sweep.spec_configs()
+    assert [s.label for s in specs] == [
+        "none", "draft_model-k3", "eagle3-full-k3", "eagle3-pruned-32k-k3"
+    ]  # fmt: skip
+    assert [s.draft_model for s in specs] == [None, "d", "heads/full", "heads/p"]
+    assert specs[3].variant == "pruned-32k"
+
+
+def test_eagle_heads_stand_in_for_draft_model_and_need_an_eagle_method():
+    only_heads = SweepConfig(methods=["eagle3"], draft_lengths=[2], eagle_heads={"h": "x"})
+    assert [s.label for s in only_heads.spec_configs()] == ["none", "eagle3-h-k2"]
+    with pytest.raises(ValueError, match=r"draft_model is required for methods \['draft_model'\]"):
+        SweepConfig(methods=["draft_model", "eagle3"], draft_lengths=[2], eagle_heads={"h": "x"})
+    with pytest.raises(ValueError, match="eagle_heads given but methods has no eagle"):
+        SweepConfig(methods=["ngram"], draft_lengths=[2], eagle_heads={"h": "x"})
+    with pytest.raises(ValueError, match="pattern"):
+        SweepConfig(methods=["eagle3"], draft_lengths=[2], eagle_heads={"a b": "x"})
+    with pytest.raises(ValueError, match="variant names a drafter"):
+        SpecConfig(variant="x")
 
 
 def test_the_speedup_model_can_be_left_out_but_not_under_measure_best_k():

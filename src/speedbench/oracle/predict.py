@@ -26,12 +26,17 @@ from pydantic import Field
 from speedbench.figures import Figure, Result, ViewFigures
 from speedbench.metrics.views import speed_bench_view, stream_view
 from speedbench.oracle.draft import DraftPass
-from speedbench.oracle.steps import PredictedStream, draft_model_stream, ngram_streams
+from speedbench.oracle.steps import (
+    PredictedStream,
+    chain_stream,
+    draft_model_stream,
+    ngram_streams,
+)
 from speedbench.records import WITHHELD_TOKEN, RequestRecord, measured
 from speedbench.results import SCHEMA_VERSION, finite
 
-OracleDrafter = Literal["draft_model", "ngram"]
-ORACLE_DRAFTERS: tuple[str, ...] = ("draft_model", "ngram")
+OracleDrafter = Literal["draft_model", "ngram", "eagle3"]
+ORACLE_DRAFTERS: tuple[str, ...] = ("draft_model", "ngram", "eagle3")
 # vLLM's prompt lookup as speedbench launches it (engines/vllm.py): n-grams of 1 to 4 tokens.
 NGRAM_MIN, NGRAM_MAX = 1, 4
 # Mismatching requests a check names (all are counted).
@@ -194,7 +199,7 @@ class OracleLevel(Result):
     ) -> OracleLevel:
         """The level of a prediction; split and batch size are its baseline records'."""
         first = prediction.requests[0]
-        is_draft = drafter == "draft_model"
+        is_draft = drafter != "ngram"  # weights: a draft model or an EAGLE-3 head
         return cls(
             drafter=drafter,
             draft_model=draft_model if is_draft else None,
@@ -260,8 +265,10 @@ def predict(
     """Every usable request's predicted stream at each k in ``ks``.
 
     ``draft`` is the loaded draft model (:func:`speedbench.oracle.draft.load_draft`) for the
-    ``draft_model`` drafter; ``ngram`` the (min, max) n-gram sizes of prompt lookup; ``kept``
-    the pruned vocabularies (size -> token ids) the draft's pass also reads.
+    ``draft_model`` drafter, the head beside its target
+    (:class:`speedbench.eagle3.chains.Eagle3Drafter`) for ``eagle3``; ``ngram`` the (min, max)
+    n-gram sizes of prompt lookup; ``kept`` the pruned vocabularies (size -> token ids) the
+    draft's pass also reads.
     """
     usable_requests, left = usable(records)
     if not usable_requests:
@@ -281,6 +288,12 @@ def predict(
                                         show_progress=show_progress)  # fmt: skip
         for k in ks:
             streams[k] = [draft_model_stream(m, k) for m in passed.matches]
+    elif drafter == "eagle3":
+        if draft is None:
+            raise ValueError("the eagle3 oracle needs the head and its target (Eagle3Drafter)")
+        chains = draft.chains(prompts, answers, max(ks), show_progress=show_progress)
+        for k in ks:
+            streams[k] = [chain_stream(c, k) for c in chains]
     elif drafter == "ngram":
         for prompt, answer in zip(prompts, answers, strict=True):
             for k, stream in ngram_streams(prompt, answer, ks, *ngram, max_model_len).items():

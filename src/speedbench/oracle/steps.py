@@ -88,6 +88,29 @@ def draft_model_stream(matches: Sequence[bool], k: int) -> PredictedStream:
     return _walk(n, accepted_at)
 
 
+def chain_stream(chains: Sequence[Sequence[bool]], k: int) -> PredictedStream:
+    """The stream of a drafter whose proposal depends on where its step starts (EAGLE).
+
+    Args:
+        chains: One per answer position p: whether the chain drafted at a step starting at p
+            matches ``answer[p + j]`` at its step j (:mod:`speedbench.eagle3.chains`). Entry 0
+            (the prefill's token) is ignored; a chain may be shorter than ``k`` only where the
+            answer ends.
+        k: Draft length, at least 1.
+    """
+    _check_k(k)
+    n = len(chains)
+
+    def accepted_at(p: int) -> tuple[int, bool]:
+        chain = chains[p]
+        run = 0
+        while run < k and run < len(chain) and chain[run]:
+            run += 1
+        return run, True
+
+    return _walk(n, accepted_at)
+
+
 def tree_stream(ranks: Sequence[int], breadths: Sequence[int]) -> PredictedStream:
     """The stream of a static draft tree: at depth d every node keeps its top ``breadths[d]``.
 

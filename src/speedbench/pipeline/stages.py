@@ -30,7 +30,7 @@ THROUGHPUT_FILE = "throughput.json"
 AR_CSV = "conditional_ar.csv"
 ORACLE_FILE = "oracle.json"
 SPEEDUP_FILE = "speedup_model.json"
-STAGES = ("measure_qualitative", "measure_throughput")
+STAGES = ("measure_qualitative", "measure_throughput", "measure_eagle3")
 
 
 def stage_sweep(params: dict[str, Any], stage: str, results_dir: str = "results") -> SweepConfig:

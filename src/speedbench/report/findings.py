@@ -16,7 +16,7 @@ from pathlib import Path
 
 from speedbench.oracle.in_sweep import read_oracle
 from speedbench.oracle.predict import OracleLevel, average_al
-from speedbench.sweep_summary import SummaryRow, SweepSummary
+from speedbench.sweep_summary import SummaryRow, SweepSummary, ViewSummary
 
 FINDINGS_K = 3  # the paper's draft length
 HEAD = ["| finding | SPEED-Bench | this host | verdict |", "|---|---|---|---|"]
@@ -97,6 +97,56 @@ def pruning_row(levels: Sequence[OracleLevel]) -> str | None:
         "(multilingual 76.9 %)"
     )
     return f"| vocabulary pruning hurts multilingual most | {paper} | {ours} | {verdict} |"
+
+
+def measured_pruning_row(
+    summaries: Sequence[SweepSummary], levels: Sequence[OracleLevel]
+) -> str | None:
+    """A pruned EAGLE-3 head against the full one, both measured (same split, batch size, k)."""
+    pairs = []
+    for summary in summaries:
+        heads = [r for r in summary.levels if r.method == "eagle3" and "speed_bench" in r.views]
+        for full, pruned in itertools.permutations(heads, 2):
+            if (full.split, full.batch_size, full.k) != (pruned.split, pruned.batch_size,
+                                                         pruned.k):  # fmt: skip
+                continue
+            if "pruned" in pruned.config and "pruned" not in full.config:
+                pairs.append((full, pruned))
+    if not pairs:
+        return None
+    full, pruned = pairs[0]
+    f_view, p_view = full.views["speed_bench"], pruned.views["speed_bench"]
+
+    def al(view: ViewSummary, cat: str | None = None) -> float | None:
+        if cat is None:
+            return view.al_request_mean
+        figures = view.by_category.get(cat)
+        return figures.al_request_mean if figures is not None else None
+
+    def loss(cat: str | None = None) -> float | None:
+        a, b = al(p_view, cat), al(f_view, cat)
+        return a / b - 1 if a is not None and b else None
+
+    losses = {c: x for c in f_view.by_category if (x := loss(c)) is not None}
+    cats = sorted(losses, key=losses.__getitem__)
+    worst = ", ".join(f"{c} {losses[c] * 100:+.1f} %" for c in cats[:3])
+    overall = loss()
+    ours = (
+        f"measured, {pruned.config} against {full.config} at bs {full.batch_size}: Average_AL "
+        f"{_fmt(overall * 100 if overall is not None else None, '+.1f')} %; most lost: {worst}"
+    )
+    estimate = pruning_row(levels)
+    if estimate:
+        ours += "; the oracle's estimate on the draft model in the row above"
+    multi = loss("multilingual")
+    if multi is None or overall is None:
+        verdict = "not measured here: no multilingual category"
+    else:
+        verdict = ("holds" if multi < overall and overall < 0 else "does not hold") + (
+            f": multilingual {multi * 100:+.1f} % against {overall * 100:+.1f} %"
+        )
+    paper = "32k: AL -5.5 %, about -10 % on summarization, RAG, multilingual (EAGLE3, GPT-OSS)"
+    return f"| a pruned EAGLE-3 head loses most on multilingual | {paper} | {ours} | {verdict} |"
 
 
 def tree_row(levels: Sequence[OracleLevel]) -> str | None:
@@ -214,6 +264,7 @@ def findings_table(folders: Sequence[tuple[Path, SweepSummary]]) -> list[str]:
     rows = [
         domain_row(levels),
         pruning_row(levels),
+        measured_pruning_row(summaries, levels),
         tree_row(levels),
         random_tokens_row(summaries),
         entropy_row(summaries),

@@ -192,7 +192,8 @@ def level_identity(
             "launcher": engine.launcher,
             "model": model or engine.model,
             "dtype": engine.dtype,
-            "spec": spec.model_dump(),
+            # variant only where set: the identities of earlier sweeps stay as they were.
+            "spec": spec.model_dump(exclude=None if spec.variant else {"variant"}),
             "split": split,
             "batch_size": batch_size,
             "output_len": settings.max_tokens,

@@ -323,7 +323,7 @@ def config_identity(
     identity = level_identity(engine, load_settings(sweep), model=sweep.model)(
         spec, split, batch_size, request_rate
     )
-    if identity["spec"]["draft_model"]:
+    if identity["spec"]["draft_model"] and not spec.variant:
         identity["spec"]["draft_model"] = sweep.draft_model  # the name, not this machine's path
     identity["per_category"] = sweep.prompts.per_category_at(batch_size, request_rate)
     identity["limit"] = sweep.prompts.limit

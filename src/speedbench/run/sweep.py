@@ -129,7 +129,8 @@ def run_sweep(
     check_available(engine)
     passed_env(engine)  # a variable passed by name must be set before anything starts
     specs = [
-        s.model_copy(update={"draft_model": draft}) if s.draft_model else s
+        # The sweep's draft is provisioned; a named head (variant) is passed as given.
+        s.model_copy(update={"draft_model": draft}) if s.draft_model and not s.variant else s
         for s in config.spec_configs()
     ]
     check_specs(engine, specs)

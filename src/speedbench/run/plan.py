@@ -323,8 +323,10 @@ def config_identity(
     identity = level_identity(engine, load_settings(sweep), model=sweep.model)(
         spec, split, batch_size, request_rate
     )
-    if identity["spec"]["draft_model"] and not spec.variant:
-        identity["spec"]["draft_model"] = sweep.draft_model  # the name, not this machine's path
+    if identity["spec"]["draft_model"]:
+        # The name as the form gives it, not this machine's path.
+        named = sweep.eagle_heads.get(spec.variant, spec.draft_model) if spec.variant else None
+        identity["spec"]["draft_model"] = named or sweep.draft_model
     identity["per_category"] = sweep.prompts.per_category_at(batch_size, request_rate)
     identity["limit"] = sweep.prompts.limit
     identity["multiturn"] = sweep.prompts.multiturn

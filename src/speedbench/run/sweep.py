@@ -95,6 +95,20 @@ from speedbench.workload import LoadSettings, WorkItem
 log = logging.getLogger(__name__)
 
 
+def _with_weights(spec: SpecConfig, draft: str | None) -> SpecConfig:
+    """The spec as the engine loads it: the sweep's provisioned draft, or a head by path.
+
+    A named head (an ``eagle_heads`` entry) that is a folder here goes to the engine by its
+    absolute path, whatever directory the engine starts in; another name is a hub id.
+    """
+    if not spec.draft_model:
+        return spec
+    if not spec.variant:
+        return spec.model_copy(update={"draft_model": draft})
+    local = Path(spec.draft_model)
+    return spec.model_copy(update={"draft_model": str(local.resolve())}) if local.is_dir() else spec
+
+
 def run_sweep(
     config: SweepConfig,
     target: str,
@@ -128,11 +142,7 @@ def run_sweep(
                         "trained to", split, f"{need:,}", f"{context.draft_trained:,}")  # fmt: skip
     check_available(engine)
     passed_env(engine)  # a variable passed by name must be set before anything starts
-    specs = [
-        # The sweep's draft is provisioned; a named head (variant) is passed as given.
-        s.model_copy(update={"draft_model": draft}) if s.draft_model and not s.variant else s
-        for s in config.spec_configs()
-    ]
+    specs = [_with_weights(s, draft) for s in config.spec_configs()]
     check_specs(engine, specs)
     check_concurrency(engine, specs, config.load.batch_sizes)
     for caveat in sampling_caveats(

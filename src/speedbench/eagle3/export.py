@@ -24,6 +24,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from speedbench.eagle3.head import Eagle3Head, HeadShape
+from speedbench.provision.models import make_world_readable
 
 WEIGHTS_FILE = "model.safetensors"
 RECORD_FILE = "head.json"
@@ -92,6 +93,7 @@ def save_head(
     save_file(tensors, str(tmp / WEIGHTS_FILE))
     (tmp / "config.json").write_text(json.dumps(draft_config(shape, name), indent=2) + "\n")
     (tmp / RECORD_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    make_world_readable(tmp)  # an engine in a container reads it as another user
     if out_dir.exists():
         for f in out_dir.iterdir():
             f.unlink()

@@ -121,6 +121,7 @@ def test_a_trained_head_learns_and_saves_in_vllms_layout(tiny_target, tmp_path):
     assert losses[-1] < 0.7 * losses[0]
     out = save_head(tmp_path / "head", result.head, kept_ids=result.kept_ids, lm_head=lm_head,
                     dtype=torch.bfloat16, record={"seed": 0})  # fmt: skip
+    assert (out / "model.safetensors").stat().st_mode & 0o044 == 0o044  # readable by an engine user
     config = json.loads((out / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLMEagle3"]
     assert config["draft_vocab_size"] == 16 and config["vocab_size"] == 64

@@ -102,10 +102,10 @@ def answer_logits(
     head = model.get_output_embeddings()
     body = model.get_decoder()
     todo = [b for b in _batches(lengths, tokens_per_batch) if lengths[b[0]]]
-    with (
-        torch.inference_mode(),
-        tqdm(total=sum(lengths), unit="tok", desc=desc, disable=not show_progress) as bar,
-    ):
+    # Inference mode is entered per batch and per request, never held across a yield: two
+    # zipped passes would otherwise restore each other's modes out of order and leave the
+    # caller's thread without autograd (it broke a later training run in the same process).
+    with tqdm(total=sum(lengths), unit="tok", desc=desc, disable=not show_progress) as bar:
         for batch in todo:
             width = max(lengths[i] for i in batch)
             ids = torch.zeros((len(batch), width), dtype=torch.long)
@@ -114,7 +114,8 @@ def answer_logits(
                 seq = [*prompts[i], *answers[i]]
                 ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
                 mask[row, : len(seq)] = 1
-            hidden = body(input_ids=ids, attention_mask=mask).last_hidden_state
+            with torch.inference_mode():
+                hidden = body(input_ids=ids, attention_mask=mask).last_hidden_state
             for row, i in enumerate(batch):
                 base, n = len(prompts[i]), len(answers[i])
                 if n == 0:
@@ -126,7 +127,9 @@ def answer_logits(
                     raise ValueError(
                         "a request with an empty prompt has no prediction for its first token"
                     )
-                yield i, head(hidden[row, first : first + n]).float()
+                with torch.inference_mode():
+                    logits = head(hidden[row, first : first + n]).float()
+                yield i, logits
             bar.update(sum(lengths[i] for i in batch))
 
 

@@ -243,3 +243,21 @@ def test_the_findings_rows_judge_direction_from_the_figures():
     assert row.endswith("| holds: multilingual -20.0 % against -10.0 % |")
     # 3.1, 3.3 then 3.25: not rising all the way.
     assert tree_row([level]).endswith("| does not hold |")
+
+
+def test_two_zipped_teacher_forced_passes_leave_autograd_on_in_the_callers_thread():
+    import torch
+
+    from speedbench.oracle.draft import answer_logits
+
+    target, draft = _tiny(0), _near(_tiny(0), 1, 0.5)
+    prompts = [[1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    answers = [_greedy(target, p, 4) for p in prompts]
+    passes = zip(
+        answer_logits(target, prompts, answers, tokens_per_batch=8, show_progress=False),
+        answer_logits(draft, prompts, answers, tokens_per_batch=8, show_progress=False),
+        strict=True,
+    )
+    seen = [i for (i, _), (j, _) in passes if i == j]
+    assert sorted(seen) == [0, 1, 2]
+    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()

@@ -88,8 +88,10 @@ def engine_iterations(
     ``max_num_batched_tokens``): where set, prompts are prefilled in chunks that fill what the
     decoding requests leave of it, oldest first (:func:`prefill_chunks`), so a long prompt's
     tokens are charged to the iterations that processed them, not all to the one that
-    finished it. The first burst of each repeat has no predecessor to time it from and is
-    left out.
+    finished it. The first burst of each repeat is timed from the repeat's first send: it
+    is the prefill the repeat's other bursts follow, and a level of one long prompt has no
+    other (the prompt's tokens, chunked or not, are all charged to that row: the engine
+    streams nothing from the chunks before the last).
     """
     by_repeat: dict[int, list[RequestRecord]] = {}
     for r in records:
@@ -173,7 +175,7 @@ def _iterations(
     joined = 0
     began = min((r.start_s for r in records), default=0.0)
     out = []
-    for n, burst in enumerate(bursts):
+    for burst in bursts:
         # Requests sent before this iteration began wait for their prefill, in arrival order.
         while joined < len(arrivals) and records[arrivals[joined]].start_s <= began:
             if arrivals[joined] not in prefilled:
@@ -189,17 +191,18 @@ def _iterations(
         room = token_budget - verified if token_budget is not None else None
         chunks = prefill_chunks(pending, finishing, room)
         prefill = sum(chunks.values())
-        if n:  # the first burst is timed from no iteration's end
-            out.append(
-                Iteration(
-                    seconds=burst[0][0] - began,
-                    sequences=len({i for _, i, _ in burst} | set(chunks)),
-                    tokens=verified + prefill,
-                    prefill_tokens=prefill,
-                    decoding=len(steps),
-                    context=context,
-                )
+        # The first burst is timed from the first send (``began`` before any burst): the
+        # client's own share of that span is milliseconds against a prefill's seconds.
+        out.append(
+            Iteration(
+                seconds=burst[0][0] - began,
+                sequences=len({i for _, i, _ in burst} | set(chunks)),
+                tokens=verified + prefill,
+                prefill_tokens=prefill,
+                decoding=len(steps),
+                context=context,
             )
+        )
         began = burst[0][0]
     return out
 

@@ -201,7 +201,9 @@ SPEEDUP_NOTE = (
     "Predicted speedup = a closed loop of the level's own requests replayed with the oracle's "
     "steps, every engine iteration priced by step costs fitted on this host (a fixed cost, "
     "one per running sequence, one per processed token and one per the square of the "
-    "iteration's tokens, which long prefills show): the target's from the no-SD levels "
+    "iteration's tokens, which long prefills show, and one per token of KV cache a decode or "
+    "verify step reads; each repeat's first prefill timed from its send): the target's from "
+    "the no-SD levels "
     "(a verify step processes 1 + drafted tokens per request), a draft model's k passes per "
     "step (each pass's sequences and tokens priced by the draft alone) and prompt lookup's "
     "n-gram search from their SD levels, with one cost shared by every drafter, per the "
@@ -266,13 +268,15 @@ def render_speedup(model: SpeedupModel | None) -> list[str]:
     out = ["## Which k at which batch size: the speedup model", "", SPEEDUP_NOTE, ""]
     out += [
         "| model | fixed ms | per sequence ms | per token ms | per token² ns "
-        "| per verifying request² µs | iterations (outliers) | R² | fitted on |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| per cached token µs | per verifying request² µs | iterations (outliers) | R² "
+        "| fitted on |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for _, name, fit in model.fits():
         out.append(
             f"| {name} | {_ms(fit.fixed_s)} | {_ms(fit.per_sequence_s)} | "
             f"{_ms(fit.per_token_s)} | {_fmt(fit.per_token_sq_s * 1e9, '.1f')} | "
+            f"{_fmt(fit.per_context_s * 1e6, '.2f')} | "
             f"{_fmt(fit.per_verifying_sq_s * 1e6, '.0f')} | "
             f"{fit.iterations} ({fit.outliers}) | {_fmt(fit.r2, '.3f')} | "
             f"{', '.join(fit.sources)} |"

@@ -54,14 +54,16 @@ def _record(
 
 def test_iterations_are_the_bursts_of_every_request_chunk():
     records = [
-        _record("a", 10, [1.0, 1.5, 2.0]),
-        _record("b", 20, [1.001, 1.501, 2.001, 2.5]),
-        _record("c", 30, [2.502, 3.0]),  # joins when a ends: prefilled beside b's last step
+        _record("a", 10, [1.0, 1.5, 2.0], start_s=0.2),
+        _record("b", 20, [1.001, 1.501, 2.001, 2.5], start_s=0.2),
+        _record("c", 30, [2.502, 3.0], start_s=2.01),  # prefilled beside b's last step
     ]
     its = engine_iterations(records)
-    # The first burst has no predecessor to time it from. Context: each decoding request's
-    # prompt and the tokens it has made, a's 10 + 1 and b's 20 + 1 in the first, and so on.
+    # The first burst, a's and b's prefill, is timed from their send. Context: each decoding
+    # request's prompt and the tokens it has made, a's 10 + 1 and b's 20 + 1 in the first
+    # step, and so on.
     assert its == [
+        Iteration(seconds=0.8, sequences=2, tokens=30, prefill_tokens=30),
         Iteration(seconds=0.5, sequences=2, tokens=2, decoding=2, context=11 + 21),
         Iteration(seconds=0.5, sequences=2, tokens=2, decoding=2, context=12 + 22),
         Iteration(seconds=0.5, sequences=2, tokens=31, prefill_tokens=30, decoding=1, context=23),
@@ -72,7 +74,7 @@ def test_iterations_are_the_bursts_of_every_request_chunk():
 def test_a_draft_model_level_verifies_k_drafted_tokens_per_request():
     records = [_record("a", 10, [1.0, 1.5, 2.0], k=3), _record("b", 20, [1.001, 1.501], k=3)]
     # A verify step reads each request's KV once, whatever it verifies: 11 + 21, then 12.
-    assert engine_iterations(records, drafted=3) == [
+    assert engine_iterations(records, drafted=3)[1:] == [
         Iteration(seconds=0.5, sequences=2, tokens=8, decoding=2, context=11 + 21),
         Iteration(seconds=0.5, sequences=1, tokens=4, decoding=1, context=12),
     ]
@@ -353,8 +355,10 @@ def test_the_draft_pass_is_fitted_on_what_sd_iterations_cost_beyond_the_verify(t
     for b in (2, 2, 1, 1, 1):
         t += step(b)
         times.append(t)
-    a = _record("a", 10, times, k=k)
-    b = _record("b", 10, times[:3], k=k)
+    # Both were sent one prefill iteration (two prompts, then k draft passes) before it ended.
+    sent = -iteration_seconds(target, truth, k, [10, 10], [])
+    a = _record("a", 10, times, k=k, start_s=sent)
+    b = _record("b", 10, times[:3], k=k, start_s=sent)
     level = tmp_path / "draft_model-k2" / "q" / "bs2"
     write_parquet([a, b], level / "records.parquet")
     alone = StepCosts(fixed_s=0.03, per_sequence_s=0.02, per_token_s=0.002)
@@ -363,7 +367,7 @@ def test_the_draft_pass_is_fitted_on_what_sd_iterations_cost_beyond_the_verify(t
     ]
     assert fit.fixed_s == pytest.approx(0.05)
     assert fit.per_sequence_s == pytest.approx(0.02)
-    assert (fit.per_token_s, fit.iterations, fit.sources) == (0.002, 5, ("draft_model-k2/q/bs2",))
+    assert (fit.per_token_s, fit.iterations, fit.sources) == (0.002, 6, ("draft_model-k2/q/bs2",))
     assert fit.per_verifying_sq_s == 0.0  # two batch sizes (2, 1): the shared square not fitted
     with pytest.raises(ValueError, match="no SD iteration of draft_model to fit on"):
         fit_sd_passes({"draft_model": []}, target, alone)
@@ -429,11 +433,12 @@ def test_a_long_prompt_is_charged_to_the_iterations_that_prefilled_it():
     # both decode steps.
     records = [_record("a", 60, [1.0, 1.5, 2.0]), _record("b", 80, [1.501, 2.001])]
     assert engine_iterations(records, token_budget=100) == [
+        Iteration(seconds=1.0, sequences=2, tokens=100, prefill_tokens=100),
         Iteration(seconds=0.5, sequences=2, tokens=41, prefill_tokens=40, decoding=1, context=61),
         Iteration(seconds=0.5, sequences=2, tokens=2, decoding=2, context=62 + 81),
     ]
     # Counted whole, b's 80 tokens would all land in the second iteration.
-    assert engine_iterations(records)[0] == Iteration(0.5, 2, 81, 80, 1, 61)
+    assert engine_iterations(records)[1] == Iteration(0.5, 2, 81, 80, 1, 61)
 
 
 def test_the_replay_prefills_in_chunks_of_the_token_budget():
@@ -522,7 +527,10 @@ def _sd_level(root, drafter, bs, costs, target, k=3, steps=4):
     for _ in range(steps):
         t += iteration_seconds(target, costs, draft_passes(drafter, k), [], [k] * bs)
         times.append(t)
-    records = [_record(f"r{i}", 10, [x + 1e-4 * i for x in times], k=k) for i in range(bs)]
+    sent = 1.0 - iteration_seconds(target, costs, draft_passes(drafter, k), [10] * bs, [])
+    records = [
+        _record(f"r{i}", 10, [x + 1e-4 * i for x in times], k=k, start_s=sent) for i in range(bs)
+    ]
     folder = root / f"{drafter}-k{k}" / f"bs{bs}"
     write_parquet(records, folder / "records.parquet")
     return (f"{drafter}-k{k}/q/bs{bs}", folder, k)
@@ -558,3 +566,20 @@ def test_the_cost_of_verifying_many_streams_is_learnt_from_another_drafters_leve
     own = fit_sd_passes({"ngram": levels["ngram"][:2]}, target, None)["ngram"]
     assert own.per_verifying_sq_s == 0.0
     assert step16(search) - step16(own) == pytest.approx(0.02626, abs=1e-4)
+
+
+def test_levels_of_one_long_prompt_each_calibrate_from_their_prefills():
+    # The long-context preset's levels: one request each, bs 1. Its only prefill is its first
+    # burst, timed from the send; before, none was timed and the fit had no prefill to read.
+    truth = StepCosts(fixed_s=0.1, per_sequence_s=0.0, per_token_s=0.002, per_context_s=2e-5)
+    its = []
+    for prompt in (1024, 2048, 8192, 16384):
+        times = [0.5 + truth.seconds(1, prompt)]
+        for made in range(1, 6):
+            times.append(times[-1] + truth.seconds(1, 1, context=prompt + made))
+        its += engine_iterations([_record(f"p{prompt}", prompt, times, start_s=0.5)])
+    assert sum(it.prefill_tokens for it in its) == 1024 + 2048 + 8192 + 16384
+    fit = fit_step_costs(its)
+    assert fit.seconds(1, 32512) == pytest.approx(truth.seconds(1, 32512), rel=1e-6)
+    decode_32k = truth.seconds(1, 1, context=32512)
+    assert fit.seconds(1, 1, context=32512) == pytest.approx(decode_32k, rel=1e-6)

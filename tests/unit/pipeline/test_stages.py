@@ -211,7 +211,9 @@ def test_the_speedup_model_in_its_metrics_file_and_the_report(tmp_path):
     assert figures["schedules"] == {"ngram/qualitative": [[1, 4, 2], [5, 16, 0]]}
     assert figures["step_costs"]["target"]["per_token_s"] == 0.0005
     lines = render_speedup(MODEL)
-    target = "| target | 50.00 | 2.00 | 0.50 | 0.0 | 0.00 | 0 | 900 (3) | 0.970 | none/qualitative/bs1 |"
+    target = (
+        "| target | 50.00 | 2.00 | 0.50 | 0.0 | 0.00 | 0 | 900 (3) | 0.970 | none/qualitative/bs1 |"
+    )
     assert target in lines
     assert "| ngram | qualitative | 3 | 1 | 1.20x | 1.25x | +4.2 % | 1.50x | +25.0 % |" in lines
     assert "| ngram | 1 | 11 | 1.00 | **1.30** | 1.25 | 2 | 2 |" in lines

@@ -38,7 +38,7 @@ from typing import Any
 from speedbench.config import EngineConfig, SpecConfig
 from speedbench.engines.base import EngineError, get_engine
 from speedbench.engines.launchers import OpenEngine, check_available
-from speedbench.engines.running import engine_environment, passed_env
+from speedbench.engines.running import engine_environment, free_port, passed_env
 from speedbench.figures import LosslessFigures
 from speedbench.hostcheck.cpu import cpu_info
 from speedbench.metrics.lossless import lossless_check
@@ -606,6 +606,10 @@ def _interleaved_grid(
     alive = [s.label for s in specs]
 
     def start(label: str) -> OpenEngine:
+        if engines[label].port != engine.port:
+            # Its planned port (the sweep's + its index) may have become a client socket's
+            # source port since (both lie in the ephemeral range): picked free at its launch.
+            engines[label] = engines[label].model_copy(update={"port": free_port()})
         handle = hooks.start_engine(engines[label], by_label[label], log_path[label])
         provenance.engine_versions[label] = hooks.engine_version(handle)
         return handle
